@@ -1,0 +1,857 @@
+"""ExecutionContext: chain-level containment whose state lives in Redis, so that one set
+of limits holds for a whole tree of agents in any process on any machine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any, Literal
+
+import redis
+
+from . import pricing
+from .cancellation import CancellationToken, CancelledByContext
+from .coordinator import CANCELLING_REASONS, Coordinator
+from .errors import (
+    BackendUnavailableError,
+    ContextExistsError,
+    ContextNotFoundError,
+)
+from .limits import (
+    actual_amounts,
+    held_amount,
+    micro_to_usd,
+    ms_to_datetime,
+    open_triples,
+    reserve_amounts,
+    token_limit_dims,
+    token_limits,
+    token_totals,
+    usd_to_micro,
+)
+from .models import (
+    ChainMetadata,
+    ContextSnapshot,
+    Decision,
+    ExecutionConfig,
+    NodeRecord,
+    SafetyEvent,
+    TokenBudget,
+    WrapOptions,
+)
+from .pipeline import ShieldPipeline, ToolCallContext
+from .policy import PolicyContext
+from .store import Held, Path
+from .usage import Usage, UsageCollector, reset_collector, set_collector, usage_from_response
+
+log = logging.getLogger("coordinator")
+
+HOOK = "ExecutionContext"
+TOKEN_TTL_S = 24 * 3600
+_NO_OPTIONS = WrapOptions()
+_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+_current_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
+_current_call: ContextVar[_Call | None] = ContextVar("budget_call", default=None)
+
+
+def current_context() -> ExecutionContext | None:
+    """The context of the wrapped call (or ``with`` block) running here, if any."""
+    call = _current_call.get()
+    return call.ctx if call is not None else _current_context.get()
+
+
+def current_cancellation_token() -> CancellationToken | None:
+    """The token of the wrapped call running here (set on abort, timeout, or the call's own
+    timeout); synchronous functions poll it."""
+    call = _current_call.get()
+    if call is not None:
+        return call.token
+    ctx = _current_context.get()
+    return ctx.cancellation_token if ctx is not None else None
+
+
+@dataclass
+class _Call:
+    """One wrap call in flight."""
+
+    ctx: ExecutionContext
+    node_id: str
+    kind: Literal["llm", "tool"]
+    options: WrapOptions
+    amounts: list[str | int]
+    tool_ctx: ToolCallContext | None
+    token: CancellationToken
+    start_ts: float = field(default_factory=time.time)
+    collector: UsageCollector = field(default_factory=UsageCollector)
+    parent_node: str | None = None
+    reserved: bool = True
+
+
+class ExecutionContext:
+    """Containment for one chain (agent run) that bounds its whole subtree.
+
+    ``with ExecutionContext(config) as ctx`` opens the context in Redis and closes it on
+    exit; ``ExecutionContext.attach(token)`` joins an existing one from any process.
+    """
+
+    # -- construction --------------------------------------------------------------------
+
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        pipeline: ShieldPipeline | None = None,
+        metadata: ChainMetadata | None = None,
+        parent: ExecutionContext | None = None,
+        *,
+        coordinator: Coordinator | None = None,
+        circuit_breaker: Any | None = None,
+    ) -> None:
+        explicit = frozenset(ExecutionConfig.model_fields)
+        self._open(config, pipeline, metadata, parent, coordinator, circuit_breaker, explicit)
+
+    def _open(
+        self,
+        config: ExecutionConfig,
+        pipeline: ShieldPipeline | None,
+        metadata: ChainMetadata | None,
+        parent: ExecutionContext | None,
+        coordinator: Coordinator | None,
+        circuit_breaker: Any | None,
+        explicit: frozenset[str],
+    ) -> None:
+        coord = coordinator or (parent._coord if parent is not None else Coordinator.default())
+        if metadata is None:
+            base = parent.metadata if parent is not None else None
+            chain_id = uuid.uuid4().hex
+            metadata = (
+                base.model_copy(update={"chain_id": chain_id})
+                if base is not None
+                else ChainMetadata(request_id=uuid.uuid4().hex, chain_id=chain_id)
+            )
+        path = (
+            parent._path.child(metadata.chain_id)
+            if parent is not None
+            else Path(metadata.chain_id, (metadata.chain_id,))
+        )
+        self._init_handle(coord, path, config, metadata, pipeline, circuit_breaker,
+                          owner=True, parent=parent)
+        _, clamped = token_limit_dims(config.token_budget)
+        self._open_args: dict[str, Any] | None = {
+            "meta": metadata.model_dump(mode="json"),
+            "config": {**config.model_dump(mode="json"), "clamped": clamped},
+            "timeout_ms": config.timeout_ms,
+            "deadline_ms": int(config.deadline.timestamp() * 1000) if config.deadline else 0,
+            "triples": open_triples(config, is_child=parent is not None, explicit=explicit),
+        }
+        try:
+            self._ensure_open(first=True)
+        except _UNREACHABLE as exc:
+            # Fail closed: the context exists locally; every wrap halts until Redis answers
+            # and the open goes through.
+            log.warning("could not open context %s: %s", path.ctx_id, exc)
+
+    def _init_handle(
+        self,
+        coord: Coordinator,
+        path: Path,
+        config: ExecutionConfig,
+        metadata: ChainMetadata,
+        pipeline: ShieldPipeline | None,
+        circuit_breaker: Any | None,
+        *,
+        owner: bool,
+        parent: ExecutionContext | None,
+    ) -> None:
+        self._coord = coord
+        self._store = coord.store
+        self._path = path
+        self.config = config
+        self.metadata = metadata
+        self.pipeline = pipeline
+        self.circuit_breaker = circuit_breaker
+        self.parent = parent
+        self.cancellation_token = CancellationToken()
+        self._owner = owner
+        self._open_args = None
+        self._stopped: str | None = None
+        self._closed = False
+        self._deadline_ms = 0
+        self._mirrored = 0
+        self._offline_events: list[SafetyEvent] = []
+        self._last_snapshot: ContextSnapshot | None = None
+        self._ctx_token: Any = None
+
+    def _ensure_open(self, *, first: bool = False) -> None:
+        """Open the context in Redis if that has not happened yet (fails closed)."""
+        args = self._open_args
+        if args is None:
+            return
+        opened = self._store.open(self._path, **args)
+        if opened is None:
+            if first:
+                raise ContextExistsError(self._path.ctx_id)
+            # A retried open whose first attempt went through before the connection broke.
+            h = self._store.read_hash(self._path.root, self._path.ctx_id)
+            opened_deadline = int(h.get("deadline") or 0)
+        else:
+            opened_deadline = opened.deadline_ms
+            self._coord.observe_redis_time(opened.created_ms)
+            update: dict[str, Any] = {}
+            if "usd" in opened.limits:
+                update["max_cost_usd"] = micro_to_usd(opened.limits["usd"])
+            if "steps" in opened.limits:
+                update["max_steps"] = opened.limits["steps"]
+            if "retries" in opened.limits:
+                update["max_retries_total"] = opened.limits["retries"]
+            self.config = self.config.model_copy(update=update)
+        self._open_args = None
+        self._activate(opened_deadline)
+
+    def _activate(self, deadline_ms: int) -> None:
+        self._deadline_ms = deadline_ms
+        self._coord.register(self)
+        if deadline_ms:
+            self._coord.call_at_redis_ms(deadline_ms, self._deadline_reached)
+
+    @classmethod
+    def attach(cls, token: str, coordinator: Coordinator | None = None) -> ExecutionContext:
+        """A handle to the context a token names, from any process. Raises a
+        :class:`~coordinator.errors.TokenError` for a bad token and
+        :class:`~coordinator.errors.ContextNotFoundError` when the context is gone.
+        Leaving a ``with`` block of an attached handle flushes it; it does not close the
+        context (its owner does)."""
+        coord = coordinator or Coordinator.default()
+        claims = coord.codec.decode(token, now=coord.redis_now_ms() / 1000, tenant=coord.tenant)
+        path = Path(claims.root, claims.path)
+        return cls._handle_from_redis(coord, path)
+
+    @classmethod
+    def _handle_from_redis(cls, coord: Coordinator, path: Path) -> ExecutionContext:
+        h = coord.store.read_hash(path.root, path.ctx_id)
+        if not h:
+            raise ContextNotFoundError(path.ctx_id)
+        ctx = cls.__new__(cls)
+        ctx._init_handle(coord, path, _config_from_hash(h),
+                         ChainMetadata(**json.loads(h["meta"])), None, None,
+                         owner=False, parent=None)
+        ctx._activate(int(h.get("deadline") or 0))
+        if h.get("status") == "stopped":
+            ctx._on_stop(h.get("reason") or "stopped")
+        return ctx
+
+    @classmethod
+    def load_snapshot(cls, chain_id: str, coordinator: Coordinator | None = None
+                      ) -> ContextSnapshot:
+        """The current state of any context, from any process (including one stopped or
+        closed: its state was persisted in Redis at every step)."""
+        coord = coordinator or Coordinator.default()
+        root = coord.store.locate(chain_id)
+        if root is None:
+            raise ContextNotFoundError(chain_id)
+        h = coord.store.read_hash(root, chain_id)
+        if not h:
+            raise ContextNotFoundError(chain_id)
+        path = Path(root, tuple(h["path"].split(",")))
+        hashes, nodes, events, now = coord.store.read_state(path)
+        return _build_snapshot(path, hashes, nodes, events, now, [])
+
+    def spawn_child(
+        self,
+        max_cost_usd: float | None = None,
+        max_steps: int | None = None,
+        max_retries_total: int | None = None,
+        timeout_ms: int = 0,
+        pipeline: ShieldPipeline | None = None,
+        *,
+        token_budget: TokenBudget | None = None,
+        deadline: datetime | None = None,
+        metadata: ChainMetadata | None = None,
+    ) -> ExecutionContext:
+        """Open a child context. Cost (and every token dimension) defaults to what remains
+        above; steps and retries to the parent's limits. Explicit limits are tightened to
+        what remains above; every ancestor's limits keep applying."""
+        given = {
+            "max_cost_usd": max_cost_usd, "max_steps": max_steps,
+            "max_retries_total": max_retries_total, "token_budget": token_budget,
+            "deadline": deadline,
+        }
+        explicit = frozenset(k for k, v in given.items() if v is not None)
+        config = ExecutionConfig(
+            max_cost_usd=max_cost_usd if max_cost_usd is not None else self.config.max_cost_usd,
+            max_steps=max_steps if max_steps is not None else self.config.max_steps,
+            max_retries_total=(max_retries_total if max_retries_total is not None
+                               else self.config.max_retries_total),
+            timeout_ms=timeout_ms,
+            token_budget=token_budget,
+            deadline=deadline,
+        )
+        child = ExecutionContext.__new__(ExecutionContext)
+        child._open(config, pipeline, metadata, self, None, self.circuit_breaker, explicit)
+        return child
+
+    # -- identity ------------------------------------------------------------------------
+
+    @property
+    def chain_id(self) -> str:
+        return self._path.ctx_id
+
+    @property
+    def root_id(self) -> str:
+        return self._path.root
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """Context ids from the root down to this one."""
+        return self._path.ids
+
+    @property
+    def token(self) -> str:
+        """A signed string naming this context, for another process to :meth:`attach`.
+        It expires at the context's deadline, or after a day."""
+        now_s = self._coord.redis_now_ms() / 1000
+        ttl = TOKEN_TTL_S
+        if self._deadline_ms:
+            ttl = max(1, min(ttl, int(self._deadline_ms / 1000 - now_s) + 1))
+        return self._coord.codec.encode(root=self._path.root, path=self._path.ids,
+                                        tenant=self._coord.tenant, ttl_s=ttl, now=now_s)
+
+    @property
+    def deadline(self) -> datetime | None:
+        """The effective deadline (the earliest of this context's and its ancestors')."""
+        return ms_to_datetime(self._deadline_ms)
+
+    # -- with / async with ---------------------------------------------------------------
+
+    def __enter__(self) -> ExecutionContext:
+        self._ctx_token = _current_context.set(self)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._ctx_token is not None:
+            try:
+                _current_context.reset(self._ctx_token)
+            except ValueError:  # exited in another context (e.g. another task)
+                _current_context.set(None)
+            self._ctx_token = None
+        self.close()
+
+    async def __aenter__(self) -> ExecutionContext:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def close(self) -> None:
+        """Flush this process's queued writes and, if this handle opened the context,
+        close it in Redis (later calls in it and below it halt; keys expire after the
+        coordinator's retention). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._store.flush()
+            if self._owner and self._open_args is None:
+                self._store.close(self._path, self._coord.retention_s)
+        except _UNREACHABLE as exc:
+            log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
+                        "open leases will charge their estimates", self.chain_id, exc)
+        self._coord.unregister(self)
+
+    # -- stops ---------------------------------------------------------------------------
+
+    def _on_stop(self, reason: str) -> None:
+        """This context or an ancestor was stopped (heard here or by pub/sub)."""
+        self._stopped = reason
+        if reason in CANCELLING_REASONS:
+            self.cancellation_token.cancel(reason)
+
+    def _deadline_reached(self) -> None:
+        if self._closed:
+            return
+        try:
+            res = self._store.abort(self._path, "timeout", "deadline reached")
+        except _UNREACHABLE:
+            res = [1]  # Redis will stop it itself at the next reserve (TIME > deadline)
+        if res[0] == 2:  # early by our clock estimate: try again when Redis agrees
+            self._coord.call_later(max(0.001, int(res[1]) / 1000), self._deadline_reached)
+            return
+        self._on_stop("timeout")
+
+    def abort(self, reason: str) -> None:
+        """Stop this context and its whole subtree, in every process, durably. Running
+        work is cancelled through pub/sub. Never raises: if Redis is unreachable, the
+        abort is retried in the background until it lands."""
+        self._on_stop("aborted")
+        self._send_abort(reason)
+
+    def _send_abort(self, reason: str) -> None:
+        try:
+            self._ensure_open()
+            self._store.abort(self._path, "aborted", reason)
+        except _UNREACHABLE as exc:
+            log.warning("abort of %s not yet durable (%s); retrying", self.chain_id, exc)
+            self._coord.call_later(0.5, lambda: self._send_abort(reason))
+
+    # -- events --------------------------------------------------------------------------
+
+    def record_event(self, event: SafetyEvent) -> None:
+        """Append an event to this chain's event log (written with the next round trip)."""
+        self._store.queue_event(self._path, event.model_dump_json())
+        self._coord.schedule_flush()
+
+    def _event(self, event_type: str, reason: str, decision: Decision = Decision.HALT,
+               **metadata: Any) -> SafetyEvent:
+        return SafetyEvent(event_type=event_type, decision=decision, reason=reason, hook=HOOK,
+                           request_id=self.metadata.request_id,
+                           metadata={"chain_id": self.chain_id, **metadata})
+
+    def _mirror_pipeline_events(self, pipeline: ShieldPipeline) -> None:
+        events = pipeline.get_events()
+        for event in events[self._mirrored:]:
+            self.record_event(event)
+        self._mirrored = len(events)
+
+    # -- wrapping ------------------------------------------------------------------------
+
+    def wrap_llm_call(self, fn: Callable[[], Any], options: WrapOptions | None = None
+                      ) -> Decision:
+        """Run ``fn`` under the tree's limits: reserve its estimate at every level, call it,
+        settle what it spent. Returns ALLOW, or HALT/RETRY/DEGRADE without (or after a
+        failed) call. Never raises for a limit."""
+        return self._wrap_sync("llm", fn, options)[0]
+
+    def wrap_tool_call(self, fn: Callable[[], Any], options: WrapOptions | None = None
+                       ) -> Decision:
+        """Like :meth:`wrap_llm_call` for a tool (``before_tool_call`` hooks)."""
+        return self._wrap_sync("tool", fn, options)[0]
+
+    async def awrap_llm_call(self, fn: Callable[[], Awaitable[Any]],
+                             options: WrapOptions | None = None) -> Decision:
+        """Async twin of :meth:`wrap_llm_call`: ``fn`` is a coroutine function, cancelled
+        when the context is aborted or times out anywhere."""
+        return (await self._wrap_async("llm", fn, options))[0]
+
+    async def awrap_tool_call(self, fn: Callable[[], Awaitable[Any]],
+                              options: WrapOptions | None = None) -> Decision:
+        """Async twin of :meth:`wrap_tool_call`."""
+        return (await self._wrap_async("tool", fn, options))[0]
+
+    def _wrap_sync(self, kind: Literal["llm", "tool"], fn: Callable[[], Any],
+                   options: WrapOptions | None) -> tuple[Decision, Any]:
+        opts = options or _NO_OPTIONS
+        attempts = 1 + (opts.retry_policy_override or 0)
+        for attempt in range(attempts):
+            call = self._begin(kind, opts)
+            if isinstance(call, Decision):
+                return call, None
+            vars_ = self._enter_call(call)
+            try:
+                result = fn()
+            except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+                decision = self._fail(call, exc)
+                if decision is None:
+                    raise
+                if decision == Decision.RETRY and attempt + 1 < attempts:
+                    continue
+                return decision, None
+            finally:
+                self._exit_call(call, vars_)
+            return self._complete(call, result), result
+        raise AssertionError("unreachable")
+
+    async def _wrap_async(self, kind: Literal["llm", "tool"],
+                          fn: Callable[[], Awaitable[Any]],
+                          options: WrapOptions | None) -> tuple[Decision, Any]:
+        opts = options or _NO_OPTIONS
+        attempts = 1 + (opts.retry_policy_override or 0)
+        loop = asyncio.get_running_loop()
+        for attempt in range(attempts):
+            call = self._begin(kind, opts)
+            if isinstance(call, Decision):
+                return call, None
+            vars_ = self._enter_call(call)
+            try:
+                task = loop.create_task(_as_coroutine(fn))
+            finally:
+                self._exit_call(call, vars_, detach=False)
+            unhook = call.token.on_cancel(lambda _r: loop.call_soon_threadsafe(task.cancel))
+            try:
+                result = await task
+            except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+                if isinstance(exc, asyncio.CancelledError) and call.token.cancelled:
+                    exc = CancelledByContext(call.token.reason or "cancelled")
+                decision = self._fail(call, exc)
+                if decision is None:
+                    raise
+                if decision == Decision.RETRY and attempt + 1 < attempts:
+                    continue
+                return decision, None
+            finally:
+                unhook()
+                call.token.detach()
+            return self._complete(call, result), result
+        raise AssertionError("unreachable")
+
+    def _enter_call(self, call: _Call) -> tuple[Any, Any]:
+        return _current_call.set(call), set_collector(call.collector)
+
+    def _exit_call(self, call: _Call, vars_: tuple[Any, Any], *, detach: bool = True) -> None:
+        reset_collector(vars_[1])
+        _current_call.reset(vars_[0])
+        if detach:
+            call.token.detach()
+
+    def _begin(self, kind: Literal["llm", "tool"], opts: WrapOptions) -> _Call | Decision:
+        """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
+        flight, or the decision that stops it before it runs."""
+        node_id = uuid.uuid4().hex
+        if self._stopped is not None:
+            return self._halt(kind, opts, node_id, self._stopped,
+                              f"context stopped: {self._stopped}")
+        if self._closed:
+            return self._halt(kind, opts, node_id, "closed", "context is closed")
+        amounts = reserve_amounts(opts)
+        try:
+            self._ensure_open()
+            res = self._store.reserve(self._path, node_id, amounts)
+        except _UNREACHABLE as exc:
+            if self._coord.fail_open:
+                log.warning("Redis unavailable; running %s without a budget (fail_open)",
+                            node_id)
+                return self._new_call(kind, opts, node_id, amounts, reserved=False)
+            err = BackendUnavailableError("reserve", exc)
+            return self._halt(kind, opts, node_id, "backend_unavailable", str(err),
+                              offline=True)
+        if not isinstance(res, Held):
+            level_id = self._path.ids[res.level] if res.level >= 0 else self.chain_id
+            if res.stopped:
+                self._on_stop(res.reason)
+            return self._halt(kind, opts, node_id, res.reason, res.detail, level=level_id)
+        self._coord.observe_redis_time(res.now_ms)
+        if res.expired:
+            self._reap(res.expired)
+        call = self._new_call(kind, opts, node_id, amounts)
+        decision = self._consult_before(call)
+        if decision != Decision.ALLOW:
+            self._store.finish(self._path, node_id, outcome="skip",
+                               node=self._node(call, "halted"), amounts=[],
+                               write_behind=True)
+            self._coord.schedule_flush()
+            call.token.detach()
+            return decision
+        return call
+
+    def _new_call(self, kind: Literal["llm", "tool"], opts: WrapOptions, node_id: str,
+                  amounts: list[str | int], *, reserved: bool = True) -> _Call:
+        parent_call = _current_call.get()
+        tool_ctx = None
+        if self.pipeline is not None or self.circuit_breaker is not None:
+            m = self.metadata
+            tool_ctx = ToolCallContext(
+                request_id=m.request_id, chain_id=self.chain_id, node_id=node_id, kind=kind,
+                operation_name=opts.operation_name, cost_estimate_usd=opts.cost_estimate_hint,
+                provider=opts.provider, model=opts.model or m.model, org_id=m.org_id,
+                team=m.team, service=m.service, user_id=m.user_id, tags=dict(m.tags),
+            )
+        call = _Call(self, node_id, kind, opts, amounts, tool_ctx,
+                     CancellationToken(parent=self.cancellation_token),
+                     parent_node=parent_call.node_id if parent_call else None,
+                     reserved=reserved)
+        if opts.timeout_ms:
+            token = call.token
+            self._coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel("timeout"))
+        return call
+
+    def _consult_before(self, call: _Call) -> Decision:
+        """Pipeline hooks, then the circuit breaker (the spec's order, after limits)."""
+        if self.pipeline is not None and call.tool_ctx is not None:
+            hook = (self.pipeline.before_llm_call if call.kind == "llm"
+                    else self.pipeline.before_tool_call)
+            decision = hook(call.tool_ctx)
+            self._mirror_pipeline_events(self.pipeline)
+            if decision != Decision.ALLOW:
+                return decision
+        if self.circuit_breaker is not None:
+            verdict = self.circuit_breaker.check(PolicyContext(
+                cost_usd=call.options.cost_estimate_hint, step_count=0))
+            if not verdict.allowed:
+                self.record_event(self._event("circuit_open", verdict.reason,
+                                              node_id=call.node_id))
+                return Decision.HALT
+        return Decision.ALLOW
+
+    def _halt(self, kind: Literal["llm", "tool"], opts: WrapOptions, node_id: str,
+              reason: str, detail: str, *, offline: bool = False,
+              level: str | None = None) -> Decision:
+        """Record a refused call (event and node) and return HALT."""
+        meta: dict[str, Any] = {"node_id": node_id, "operation_name": opts.operation_name}
+        if level is not None and level != self.chain_id:
+            meta["stopped_at"] = level
+        event = self._event(reason, detail or reason, **meta)
+        if offline:
+            self._offline_events.append(event)
+            return Decision.HALT
+        status = reason if reason in ("aborted", "timeout") else "halted"
+        now = time.time()
+        node = {"node_id": node_id, "kind": kind, "operation_name": opts.operation_name,
+                "start_ts": now, "end_ts": now, "status": status}
+        self._store.queue_event(self._path, event.model_dump_json())
+        self._store.queue_node(self._path, json.dumps(node))
+        self._coord.schedule_flush()
+        return Decision.HALT
+
+    def _reap(self, expired: list[tuple[str, dict[str, Any]]]) -> None:
+        """Settle reservations whose worker stopped renewing them, at their estimate."""
+        now = time.time()
+        for res_id, rec in expired:
+            held = rec["d"]
+            node = {"node_id": res_id, "kind": "llm", "operation_name": "(lease expired)",
+                    "start_ts": now, "end_ts": now, "status": "lost",
+                    "cost_usd": micro_to_usd(held_amount(held, "usd")),
+                    "input_tokens": held_amount(held, "tin"),
+                    "output_tokens": held_amount(held, "tout")}
+            self._store.reap(self._path.root, res_id, rec, node)
+        self._coord.schedule_flush()
+
+    def _node(self, call: _Call, status: str, *, cost_micro: int = 0, tin: int = 0,
+              tout: int = 0, retries: int = 0, usage: Usage | None = None) -> dict[str, Any]:
+        return {
+            "node_id": call.node_id, "parent_id": call.parent_node, "kind": call.kind,
+            "operation_name": call.options.operation_name, "start_ts": call.start_ts,
+            "end_ts": time.time(), "status": status, "cost_usd": micro_to_usd(cost_micro),
+            "retries_used": retries, "input_tokens": tin, "output_tokens": tout,
+            "provider": (usage.provider if usage else None) or call.options.provider,
+            "model": (usage.model if usage else None) or call.options.model,
+        }
+
+    def _spent(self, call: _Call, usage: Usage | None, *, default_to_estimate: bool
+               ) -> tuple[int, int, int, str | None]:
+        """(micro-USD, input tokens, output tokens, provider) to charge for a call.
+
+        Reported or response-carried usage wins; tokens are priced when no cost came
+        with them; what stays unknown is charged at the estimate (or 0)."""
+        est = call.amounts
+        cost: int | None = None
+        tin = tout = 0
+        if usage is not None:
+            if usage.cost_usd is not None:
+                cost = usd_to_micro(usage.cost_usd)
+            if usage.has_tokens:
+                tin, tout = usage.input_tokens, usage.output_tokens
+                if cost is None:
+                    priced = pricing.price_usd(usage.model or call.options.model, tin, tout)
+                    cost = usd_to_micro(priced) if priced is not None else None
+        if default_to_estimate:
+            if cost is None:
+                cost = held_amount(est, "usd")
+            if usage is None or not usage.has_tokens:
+                tin, tout = held_amount(est, "tin"), held_amount(est, "tout")
+        provider = (usage.provider if usage else None) or call.options.provider
+        return cost or 0, tin, tout, provider
+
+    def _complete(self, call: _Call, result: Any) -> Decision:
+        usage = call.collector.usage or usage_from_response(result)
+        cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=True)
+        decision = Decision.ALLOW
+        if self.pipeline is not None and call.tool_ctx is not None:
+            decision = self.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+            self._mirror_pipeline_events(self.pipeline)
+        if self.circuit_breaker is not None:
+            self.circuit_breaker.record_success()
+        if call.reserved:
+            amounts = actual_amounts(cost, tin, tout, provider)
+            within = all(int(amounts[i + 1]) <= held_amount(call.amounts, str(amounts[i]))
+                         for i in range(0, len(amounts), 2))
+            node = self._node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
+            self._finish(call, "ok", node, amounts, write_behind=within)
+        return decision
+
+    def _fail(self, call: _Call, exc: BaseException) -> Decision | None:
+        """Settle a call that did not complete. Returns the decision, or None to re-raise
+        (interpreter exits and outer cancellations)."""
+        usage = call.collector.usage
+        if isinstance(exc, CancelledByContext):
+            reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
+            # Work was in flight when it was cancelled: charge what it reported, else its
+            # estimate (it may have been billed).
+            cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=True)
+            node = self._node(call, reason, cost_micro=cost, tin=tin, tout=tout, usage=usage)
+            self._finish(call, "skip", node, actual_amounts(cost, tin, tout, provider),
+                         write_behind=False)
+            if not self.cancellation_token.cancelled:  # the call's own timeout
+                self.record_event(self._event("timeout", f"call exceeded "
+                                              f"{call.options.timeout_ms} ms",
+                                              node_id=call.node_id, scope="call"))
+            return Decision.HALT
+        cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=False)
+        amounts = actual_amounts(cost, tin, tout, provider)
+        if not isinstance(exc, Exception):
+            node = self._node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
+            self._finish(call, "skip", node, amounts, write_behind=True)
+            return None
+        decision = Decision.RETRY
+        if self.pipeline is not None and call.tool_ctx is not None:
+            decision = self.pipeline.on_error(call.tool_ctx, exc)
+            self._mirror_pipeline_events(self.pipeline)
+        if self.circuit_breaker is not None:
+            self.circuit_breaker.record_failure()
+        node = self._node(call, "error", cost_micro=cost, tin=tin, tout=tout, retries=1,
+                          usage=usage)
+        stops = self._finish(call, "error", node, amounts, write_behind=False)
+        if any(s.reason == "retry_budget_exceeded" for s in stops) or (
+            self._stopped == "retry_budget_exceeded"
+        ):
+            self.record_event(self._event(
+                "provider_error",
+                f"{type(exc).__name__}: {exc} (retry budget exhausted)",
+                node_id=call.node_id))
+            return Decision.HALT
+        return decision
+
+    def _finish(self, call: _Call, outcome: str, node: dict[str, Any],
+                amounts: list[str | int], *, write_behind: bool) -> list[Any]:
+        if not call.reserved:
+            return []
+        try:
+            stops = self._store.finish(self._path, call.node_id, outcome=outcome, node=node,
+                                       amounts=amounts, write_behind=write_behind)
+        except _UNREACHABLE:
+            # Keep it queued; if it never lands, the lease charges the estimate.
+            stops = self._store.finish(self._path, call.node_id, outcome=outcome, node=node,
+                                       amounts=amounts, write_behind=True)
+        if write_behind:
+            self._coord.schedule_flush()
+        for stop in stops:
+            if stop.ctx_id in self._path.ids:
+                self._on_stop(stop.reason)
+        return stops
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def get_snapshot(self) -> ContextSnapshot:
+        """The context's current state, read from Redis (after this process's queued
+        writes). When Redis is unreachable, the last snapshot read (with the events
+        recorded since) is returned."""
+        try:
+            self._ensure_open()
+            hashes, nodes, events, now = self._store.read_state(self._path)
+        except _UNREACHABLE:
+            return self._offline_snapshot()
+        snap = _build_snapshot(self._path, hashes, nodes, events, now, self._offline_events)
+        self._last_snapshot = snap
+        return snap
+
+    def _offline_snapshot(self) -> ContextSnapshot:
+        last = self._last_snapshot
+        events = [*(last.events if last else []), *self._offline_events]
+        if last is not None:
+            return last.model_copy(update={"events": events})
+        return ContextSnapshot(
+            chain_id=self.chain_id, request_id=self.metadata.request_id, step_count=0,
+            cost_usd_accumulated=0.0, retries_used=0, aborted=self._stopped is not None,
+            abort_reason=self._stopped, elapsed_ms=0.0, nodes=[], events=events,
+            parent_chain_id=self._path.parent_id, root_chain_id=self._path.root,
+            metadata=self.metadata,
+        )
+
+    def __repr__(self) -> str:
+        return f"ExecutionContext(chain_id={self.chain_id!r}, depth={len(self._path.ids) - 1})"
+
+
+async def _as_coroutine(fn: Callable[[], Awaitable[Any]]) -> Any:
+    return await fn()
+
+
+def _config_from_hash(h: dict[str, str]) -> ExecutionConfig:
+    """The effective limits of a context, read back from its hash."""
+    requested = json.loads(h.get("config") or "{}")
+    return ExecutionConfig.model_construct(
+        max_cost_usd=micro_to_usd(int(h.get("l:usd") or 0)),
+        max_steps=int(h.get("l:steps") or 0),
+        max_retries_total=int(h.get("l:retries") or 0),
+        timeout_ms=int(requested.get("timeout_ms") or 0),
+        token_budget=None,
+        deadline=ms_to_datetime(int(h.get("deadline") or 0)),
+    )
+
+
+def _event_from_json(text: str) -> SafetyEvent:
+    data = json.loads(text)
+    ts = data.get("ts")
+    if isinstance(ts, (int, float)):  # written by Lua in Redis ms
+        data["ts"] = datetime.fromtimestamp(ts / 1000, tz=timezone.utc)
+    if data.get("metadata") == []:  # cjson encodes an empty table as an array
+        data["metadata"] = {}
+    return SafetyEvent(**data)
+
+
+def _build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[str],
+                    event_json: list[str], now_ms: int,
+                    offline_events: list[SafetyEvent]) -> ContextSnapshot:
+    h = hashes[-1]
+    if not h:
+        raise ContextNotFoundError(path.ctx_id)
+    stopped_by = None
+    reason = None
+    for cid, level in zip(reversed(path.ids), reversed(hashes)):
+        if level.get("status") == "stopped":
+            stopped_by, reason = cid, level.get("reason")
+            break
+    status = h.get("status", "running")
+    if status == "running" and stopped_by is not None:
+        status = "stopped"
+    if status == "running" and any(x.get("status") == "closed" for x in hashes[:-1]):
+        status = "closed"
+    created = int(h.get("created_ms") or now_ms)
+    end = int(h.get("stopped_ms") or h.get("closed_ms") or now_ms)
+    if stopped_by is not None and stopped_by != path.ctx_id:
+        level = hashes[path.ids.index(stopped_by)]
+        end = min(end, int(level.get("stopped_ms") or end))
+    requested = json.loads(h.get("config") or "{}")
+    clamped = [*requested.get("clamped", []),
+               *[_dim_name(d) for d in (h.get("clamped") or "").split(",") if d]]
+    return ContextSnapshot(
+        chain_id=path.ctx_id,
+        request_id=h.get("request_id", ""),
+        step_count=int(h.get("u:steps") or 0),
+        cost_usd_accumulated=micro_to_usd(int(h.get("u:usd") or 0)),
+        retries_used=int(h.get("u:retries") or 0),
+        aborted=stopped_by is not None,
+        abort_reason=reason,
+        elapsed_ms=float(max(0, end - created)),
+        nodes=[NodeRecord(**json.loads(n)) for n in node_json],
+        events=[*(_event_from_json(e) for e in event_json), *offline_events],
+        parent_chain_id=path.parent_id,
+        root_chain_id=path.root,
+        status=status,
+        stopped_by=stopped_by,
+        max_cost_usd=micro_to_usd(int(h.get("l:usd") or 0)),
+        max_steps=int(h.get("l:steps") or 0),
+        max_retries_total=int(h.get("l:retries") or 0),
+        cost_usd_reserved=micro_to_usd(int(h.get("h:usd") or 0)),
+        tokens=token_totals(h),
+        token_limits=token_limits(h),
+        deadline=ms_to_datetime(int(h.get("deadline") or 0)),
+        clamped=clamped,
+        depth=int(h.get("depth") or 0),
+        metadata=ChainMetadata(**json.loads(h["meta"])) if h.get("meta") else None,
+    )
+
+
+def _dim_name(dim: str) -> str:
+    """Storage dimension -> user name (``openai.ttot`` -> ``openai.total``)."""
+    names = {"ttot": "total", "tin": "input", "tout": "output", "usd": "max_cost_usd"}
+    slug, _, base = dim.rpartition(".")
+    name = names.get(base, base)
+    return f"{slug}.{name}" if slug else name

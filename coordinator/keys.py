@@ -1,0 +1,63 @@
+"""Key names. Every key of one tree carries the root id as its hash tag, so a script can
+touch the whole tree on one Redis Cluster slot. Scripts never build key names: the
+client passes them all in KEYS."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TENANT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def validate_tenant(tenant: str) -> str:
+    """Return ``tenant`` if it is usable in key names ('' is the default tenant)."""
+    if tenant and not _TENANT.match(tenant):
+        raise ValueError(f"tenant {tenant!r} must match {_TENANT.pattern}")
+    return tenant
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """Key names of one tenant. Different tenants never share a key or a channel."""
+
+    tenant: str = ""
+
+    @property
+    def prefix(self) -> str:
+        return f"bc:t:{self.tenant}" if self.tenant else "bc"
+
+    @property
+    def abort_channel(self) -> str:
+        return f"{self.prefix}:abort"
+
+    def ctx(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:ctx:{ctx_id}"
+
+    def kids(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:kids:{ctx_id}"
+
+    def nodes(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:nodes:{ctx_id}"
+
+    def events(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:events:{ctx_id}"
+
+    def reservations(self, root: str) -> str:
+        return f"{self.prefix}:{{{root}}}:res"
+
+    def leases(self, root: str) -> str:
+        return f"{self.prefix}:{{{root}}}:leases"
+
+    def locator(self, ctx_id: str) -> str:
+        """Cross-tree index: context id -> root id (a view, written outside the scripts)."""
+        return f"{self.prefix}:where:{ctx_id}"
+
+    @property
+    def active_roots(self) -> str:
+        """Cross-tree index: root ids of trees not yet closed, by creation time."""
+        return f"{self.prefix}:roots"
+
+    def path_keys(self, root: str, path: tuple[str, ...]) -> list[str]:
+        """Context hash keys of a path, root first."""
+        return [self.ctx(root, c) for c in path]

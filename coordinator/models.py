@@ -1,0 +1,334 @@
+"""The public data models: frozen, keyword-only, validated at construction.
+
+Invalid values raise :class:`coordinator.errors.InvalidConfigError` (which is also the
+Limits specification's ``PromptEvaluationError(phase="preflight")``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import InvalidConfigError
+
+
+class _Frozen(BaseModel):
+    """Base: frozen, no unknown fields, and validation errors raised as our typed error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidConfigError(
+                type(self).__name__, exc.errors(include_url=False, include_context=False)
+            ) from None
+
+
+class Decision(str, Enum):
+    """What a wrap call decided. ``ALLOW`` means the function ran and completed."""
+
+    ALLOW = "ALLOW"
+    HALT = "HALT"
+    RETRY = "RETRY"
+    DEGRADE = "DEGRADE"
+
+
+def _positive_finite(value: float, name: str) -> float:
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number")
+    return value
+
+
+class TokenBudget(_Frozen):
+    """Token limits for a context and everything it spawns (the Limits specification).
+
+    A dimension left ``None`` is unbounded while the others stay active.
+    """
+
+    total: int | None = None
+    """Combined input + output tokens."""
+    input: int | None = None
+    """Request-side tokens."""
+    output: int | None = None
+    """Response-side tokens."""
+    provider_shares: Mapping[str, TokenBudget] | None = None
+    """Per-provider limits keyed by provider slug (``"openai"``, ``"anthropic"``, ...)."""
+
+    @field_validator("total", "input", "output", mode="before")
+    @classmethod
+    def _positive_int(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError("token limits must be positive integers")
+        return v
+
+    @field_validator("provider_shares")
+    @classmethod
+    def _slugs(cls, v: Mapping[str, TokenBudget] | None) -> Mapping[str, TokenBudget] | None:
+        if v is None:
+            return v
+        for slug, share in v.items():
+            if not slug or not slug.replace("-", "").replace("_", "").replace(".", "").isalnum():
+                raise ValueError(f"provider slug {slug!r} must be alphanumeric (with - _ .)")
+            if share.provider_shares:
+                raise ValueError(f"provider share {slug!r} cannot nest further shares")
+        return dict(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TokenBudget:
+        if self.total is not None:
+            for name in ("input", "output"):
+                part = getattr(self, name)
+                if part is not None and self.total < part:
+                    raise ValueError(f"total ({self.total}) is smaller than {name} ({part})")
+        return self
+
+
+class ExecutionConfig(_Frozen):
+    """Hard limits for one chain. A context's limits bound its whole subtree."""
+
+    max_cost_usd: float
+    """USD ceiling for this context and all its descendants."""
+    max_steps: int
+    """Maximum number of completed wrap calls (subtree included)."""
+    max_retries_total: int
+    """Chain-wide retry budget (failed calls, subtree included)."""
+    timeout_ms: int = 0
+    """Wall-clock timeout from the context's creation, in Redis time (0 = none)."""
+    token_budget: TokenBudget | None = None
+    """Token limits; ``None`` means no token limit."""
+    deadline: datetime | None = None
+    """Absolute, timezone-aware deadline; the earlier of this and ``timeout_ms`` wins."""
+
+    @field_validator("max_cost_usd")
+    @classmethod
+    def _cost(cls, v: float) -> float:
+        return _positive_finite(v, "max_cost_usd")
+
+    @field_validator("max_steps", "max_retries_total", mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("timeout_ms", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError("timeout_ms must be a non-negative integer (0 = disabled)")
+        return v
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v: datetime | None) -> datetime | None:
+        return validate_deadline(v)
+
+
+def validate_deadline(v: datetime | None) -> datetime | None:
+    """Reject a naive deadline, or one in the past or within the current second."""
+    if v is None:
+        return v
+    if v.tzinfo is None or v.utcoffset() is None:
+        raise ValueError("deadline must be timezone-aware")
+    if v.timestamp() - time.time() < 1.0:
+        raise ValueError("deadline lies in the past or within the current second")
+    return v.astimezone(timezone.utc)
+
+
+class ChainMetadata(_Frozen):
+    """Immutable descriptor of a chain; labels for dashboards and window hooks."""
+
+    request_id: str
+    """Unique id of this request."""
+    chain_id: str
+    """Logical id of the chain (agent run); unique per context."""
+    org_id: str = ""
+    """Organisation (tenant) id."""
+    team: str = ""
+    """Team or cost centre."""
+    service: str = ""
+    """Service or agent name."""
+    user_id: str | None = None
+    """End-user id, if known."""
+    model: str | None = None
+    """Primary model name, if known."""
+    tags: dict[str, str] = Field(default_factory=dict)
+    """Arbitrary key/value labels."""
+
+    @field_validator("chain_id", "request_id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not v or len(v) > 128 or any(c in v for c in ",{}\x00") or not v.isprintable():
+            raise ValueError("ids must be 1-128 printable characters without , { }")
+        return v
+
+
+class WrapOptions(_Frozen):
+    """Per-call options."""
+
+    operation_name: str = ""
+    """Human-readable label for the node."""
+    cost_estimate_hint: float = 0.0
+    """Estimated USD cost, reserved before the call at every level of the tree."""
+    timeout_ms: int | None = None
+    """Per-call timeout; the call's cancellation token fires when it elapses."""
+    retry_policy_override: int | None = None
+    """Retries for this call only: the wrap re-runs a failing function up to this many
+    times (each retry counts against the chain-wide retry budget)."""
+    provider: str | None = None
+    """Provider slug for token budgets (``"openai"``, ``"anthropic"``, ...)."""
+    model: str | None = None
+    """Model name, for pricing reported token usage."""
+    input_tokens_estimate: int | None = None
+    """Projected input tokens, reserved before the call."""
+    max_output_tokens: int | None = None
+    """The call's ``max_tokens``: output tokens reserved before the call (worst case)."""
+
+    @field_validator("cost_estimate_hint")
+    @classmethod
+    def _hint(cls, v: float) -> float:
+        if not math.isfinite(v) or v < 0:
+            raise ValueError("cost_estimate_hint must be finite and >= 0")
+        return v
+
+    @field_validator("timeout_ms", "retry_policy_override", "input_tokens_estimate",
+                     "max_output_tokens", mode="before")
+    @classmethod
+    def _non_negative(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError("must be a non-negative integer")
+        return v
+
+
+class SafetyEvent(_Frozen):
+    """A normalized incident record: a chain-level stop or a pipeline decision."""
+
+    event_type: str
+    """Stop reason or policy event (``budget_exceeded``, ``aborted``, ...)."""
+    decision: Decision
+    """The decision that came with the event."""
+    reason: str
+    """Human-readable explanation with the limit and the observed value."""
+    hook: str
+    """Who emitted it (``ExecutionContext`` for chain-level stops)."""
+    request_id: str | None = None
+    """Request id of the chain that emitted it."""
+    ts: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    """When it happened (UTC)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Structured details (level, limit, observed value, ...)."""
+
+
+NodeKind = Literal["llm", "tool"]
+NodeStatus = Literal["ok", "halted", "aborted", "timeout", "error", "lost"]
+
+
+class NodeRecord(_Frozen):
+    """One wrapped call."""
+
+    node_id: str
+    """Unique id of the node (also its reservation id)."""
+    parent_id: str | None = None
+    """The node that was running in this process when this one started, if any."""
+    kind: NodeKind
+    """``llm`` or ``tool``."""
+    operation_name: str = ""
+    """From ``WrapOptions.operation_name``."""
+    start_ts: datetime
+    """When the wrap was entered (UTC)."""
+    end_ts: datetime | None = None
+    """When the wrap exited (UTC)."""
+    status: NodeStatus
+    """``lost`` marks a call whose worker died; it was charged at its estimate."""
+    cost_usd: float = 0.0
+    """Actual cost charged."""
+    retries_used: int = 0
+    """Retries this node consumed."""
+    input_tokens: int = 0
+    """Input tokens charged."""
+    output_tokens: int = 0
+    """Output tokens charged."""
+    provider: str | None = None
+    """Provider slug, if known."""
+    model: str | None = None
+    """Model, if known."""
+
+
+class TokenTotals(_Frozen):
+    """Token counters of one context (subtree included)."""
+
+    input: int = 0
+    """Input tokens consumed."""
+    output: int = 0
+    """Output tokens consumed."""
+    total: int = 0
+    """Input + output tokens consumed."""
+    reserved: int = 0
+    """Tokens held by calls in flight (input + output)."""
+    by_provider: dict[str, TokenTotals] = Field(default_factory=dict)
+    """The same counters per provider slug."""
+
+
+class ContextSnapshot(_Frozen):
+    """An immutable copy of a context's state, read from Redis."""
+
+    chain_id: str
+    """The context's id."""
+    request_id: str
+    """Its request id."""
+    step_count: int
+    """Completed calls, subtree included."""
+    cost_usd_accumulated: float
+    """Settled spend, subtree included."""
+    retries_used: int
+    """Failed calls, subtree included."""
+    aborted: bool
+    """True once this context or an ancestor was stopped (any forced stop)."""
+    abort_reason: str | None
+    """The stop reason (``budget_exceeded``, ``aborted``, ``timeout``, ...)."""
+    elapsed_ms: float
+    """From creation to now, or to the stop or close."""
+    nodes: list[NodeRecord]
+    """The calls made in this context."""
+    events: list[SafetyEvent]
+    """Chain-level and pipeline events of this context."""
+    parent_chain_id: str | None = None
+    """The parent context's id, or None for a root."""
+    root_chain_id: str = ""
+    """The tree's root context id."""
+    status: str = "running"
+    """``running``, ``stopped`` (by a stop in this context or above) or ``closed``."""
+    stopped_by: str | None = None
+    """The id of the context whose stop halts this one (itself or an ancestor)."""
+    max_cost_usd: float = 0.0
+    """The effective cost ceiling of this context (after inheritance)."""
+    max_steps: int = 0
+    """The effective step limit."""
+    max_retries_total: int = 0
+    """The effective retry budget."""
+    cost_usd_reserved: float = 0.0
+    """Estimates held by calls in flight, subtree included."""
+    tokens: TokenTotals = Field(default_factory=TokenTotals)
+    """Token counters, subtree included."""
+    token_limits: dict[str, int] = Field(default_factory=dict)
+    """Effective token limits by dimension (``total``, ``input``, ``openai.output``...)."""
+    deadline: datetime | None = None
+    """The effective deadline (the earliest of its own and its ancestors')."""
+    clamped: list[str] = Field(default_factory=list)
+    """Limits that were tightened by a parent or a budget (for example ``openai.total``)."""
+    depth: int = 0
+    """0 for a root."""
+    metadata: ChainMetadata | None = None
+    """The chain's metadata."""

@@ -1,0 +1,367 @@
+"""The Redis store: the only module that talks to Redis. It runs the Lua scripts and
+queues the write-behind work (settles, events) that rides on the next round trip."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from .keys import KeySpace
+from .scripts import Scripts
+
+NODE_STREAM_CAP = 10_000
+EVENT_STREAM_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class Path:
+    """Where a context sits: its tree (root id) and its ids from the root down to itself."""
+
+    root: str
+    ids: tuple[str, ...]
+
+    @property
+    def ctx_id(self) -> str:
+        return self.ids[-1]
+
+    @property
+    def parent_id(self) -> str | None:
+        return self.ids[-2] if len(self.ids) > 1 else None
+
+    def child(self, ctx_id: str) -> Path:
+        return Path(self.root, (*self.ids, ctx_id))
+
+
+@dataclass(frozen=True)
+class Opened:
+    deadline_ms: int
+    created_ms: int
+    clamped: tuple[str, ...]
+    limits: dict[str, int]
+    """Effective limits of usd (micro), steps and retries."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """A reservation that succeeded."""
+
+    now_ms: int
+    expired: list[tuple[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A reservation refused at ``level`` (0-based index into the path)."""
+
+    level: int
+    reason: str
+    detail: str
+    stopped: bool
+    """True when the level is stopped for good; False when only this call did not fit."""
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A level that a settle or release stopped."""
+
+    ctx_id: str
+    reason: str
+    detail: str
+
+
+@dataclass
+class _Op:
+    """One queued write: a script call or a stream append."""
+
+    kind: str  # script name, or "xadd"
+    keys: list[str]
+    args: list[Any]
+    inflight_id: str | None = None
+    attempts: int = field(default=0)
+
+
+class Store:
+    """Runs the scripts of one tenant's key space against one Redis client."""
+
+    def __init__(self, client: redis.Redis, keyspace: KeySpace, lease_ms: int) -> None:
+        self.client = client
+        self.ks = keyspace
+        self.scripts = Scripts(client)
+        self.lease_ms = lease_ms
+        self._pending: list[_Op] = []
+        self._lock = threading.Lock()
+        self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
+
+    # -- key helpers ---------------------------------------------------------------------
+
+    def _level_keys(self, path: Path) -> list[str]:
+        out: list[str] = []
+        for cid in path.ids:
+            out += [self.ks.ctx(path.root, cid), self.ks.events(path.root, cid)]
+        return out
+
+    def _finish_keys(self, path: Path) -> list[str]:
+        return [
+            self.ks.reservations(path.root),
+            self.ks.leases(path.root),
+            self.ks.nodes(path.root, path.ctx_id),
+            *self._level_keys(path),
+        ]
+
+    # -- round trips ---------------------------------------------------------------------
+
+    def _execute(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None) -> list[Any]:
+        """Run ops (then reads) in one pipelined round trip; reload scripts once on
+        NOSCRIPT. Raises redis.ConnectionError / TimeoutError when Redis cannot be
+        reached. Script errors come back in place, as exceptions in the result list."""
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for op in ops:
+                if op.kind == "xadd":
+                    pipe.xadd(op.keys[0], {op.args[0]: op.args[1]},
+                              maxlen=EVENT_STREAM_CAP, approximate=True)
+                else:
+                    self.scripts.queue(pipe, op.kind, op.keys, op.args)
+            if reads is not None:
+                reads(pipe)
+            results = pipe.execute(raise_on_error=False)
+            if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError)
+                                    for r in results):
+                # Every script op is idempotent (reservation ids, settle keyed by them),
+                # so re-running the ones that did succeed changes nothing.
+                self.scripts.load()
+                continue
+            return list(results)
+        raise AssertionError("unreachable")
+
+    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
+                    ) -> list[Any]:
+        """Run every queued write, then ``ops``, then ``reads``, in one round trip.
+        Returns the results after the queued writes'."""
+        pending = self._take_pending()
+        try:
+            results = self._execute([*pending, *ops], reads)
+        except redis.RedisError:
+            self._requeue(pending)
+            raise
+        failed = []
+        for op, res in zip(pending, results):
+            if isinstance(res, Exception):
+                op.attempts += 1
+                if op.attempts < 5:
+                    failed.append(op)
+            elif op.inflight_id:
+                self._inflight.pop(op.inflight_id, None)
+        if failed:
+            self._requeue(failed)
+        return results[len(pending):]
+
+    def _run(self, op: _Op) -> Any:
+        result = self._round_trip([op])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def _take_pending(self) -> list[_Op]:
+        with self._lock:
+            ops, self._pending = self._pending, []
+        return ops
+
+    def _requeue(self, ops: list[_Op]) -> None:
+        with self._lock:
+            self._pending[:0] = ops
+
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def flush(self) -> None:
+        """Send every queued write now. Raises if Redis is unreachable; the writes stay
+        queued."""
+        if self._pending:
+            self._round_trip([])
+
+    # -- operations ----------------------------------------------------------------------
+
+    def open(
+        self,
+        path: Path,
+        *,
+        meta: dict[str, Any],
+        config: dict[str, Any],
+        timeout_ms: int,
+        deadline_ms: int,
+        triples: Sequence[str | int],
+    ) -> Opened | None:
+        """Create a context; None if one with this id exists."""
+        parent = path.parent_id or path.ctx_id
+        keys = [
+            self.ks.ctx(path.root, path.ctx_id),
+            self.ks.kids(path.root, parent),
+            *self.ks.path_keys(path.root, path.ids[:-1]),
+        ]
+        args = [
+            path.ctx_id, path.parent_id or "", ",".join(path.ids),
+            json.dumps(meta), json.dumps(config), timeout_ms, deadline_ms, *triples,
+        ]
+        res = self.scripts.open(keys, args)
+        if res[0] == 0:
+            return None
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.ks.locator(path.ctx_id), path.root)
+        if len(path.ids) == 1:
+            pipe.zadd(self.ks.active_roots, {path.root: int(res[2])})
+        pipe.execute()
+        clamped = tuple(c for c in str(res[3]).split(",") if c)
+        limits = {d: int(v) for d, v in zip(("usd", "steps", "retries"), res[4:7]) if int(v) >= 0}
+        return Opened(int(res[1]), int(res[2]), clamped, limits)
+
+    def reserve(self, path: Path, res_id: str, amounts: Sequence[str | int]) -> Held | Refused:
+        """Hold ``amounts`` at every level of ``path`` (one round trip, which also carries
+        the queued writes)."""
+        keys = [self.ks.reservations(path.root), self.ks.leases(path.root),
+                *self._level_keys(path)]
+        args = [res_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel, *amounts]
+        res = self._run(_Op("reserve", keys, args))
+        if res[0] == 1:
+            self._inflight[res_id] = path.root
+            expired = [(str(res[i]), json.loads(res[i + 1])) for i in range(2, len(res), 2)]
+            return Held(int(res[1]), expired)
+        return Refused(int(res[1]) - 1, str(res[2]), str(res[3]), bool(res[4]), int(res[5]))
+
+    def finish(
+        self,
+        path: Path,
+        res_id: str,
+        *,
+        outcome: str,
+        node: dict[str, Any] | None,
+        amounts: Sequence[str | int],
+        write_behind: bool,
+    ) -> list[Stop]:
+        """Settle (``outcome='ok'``) or release (``'error'``, ``'skip'``) a reservation.
+
+        Write-behind ops are queued for the next round trip (or the flusher) and return
+        no stops; the stops still happen in Redis and are broadcast from there."""
+        script = "settle" if outcome == "ok" else "release"
+        args: list[Any] = [res_id, self.ks.abort_channel,
+                           json.dumps(node) if node else "", NODE_STREAM_CAP]
+        if script == "release":
+            args.append(outcome)
+        op = _Op(script, self._finish_keys(path), [*args, *amounts], inflight_id=res_id)
+        if write_behind:
+            with self._lock:
+                self._pending.append(op)
+            return []
+        res = self._run(op)
+        self._inflight.pop(res_id, None)
+        return [Stop(path.ids[int(res[i]) - 1], str(res[i + 1]), str(res[i + 2]))
+                for i in range(1, len(res), 3)]
+
+    def reap(self, root: str, res_id: str, rec: dict[str, Any], node: dict[str, Any]) -> None:
+        """Queue the settle of an expired reservation at its held estimate."""
+        path = Path(root, tuple(rec["p"]))
+        op = _Op("settle", self._finish_keys(path),
+                 [res_id, self.ks.abort_channel, json.dumps(node), NODE_STREAM_CAP, *rec["d"]])
+        with self._lock:
+            self._pending.append(op)
+
+    def queue_event(self, path: Path, event_json: str) -> None:
+        """Append a SafetyEvent to a context's event stream with the next round trip."""
+        self._queue_append(self.ks.events(path.root, path.ctx_id), "e", event_json)
+
+    def queue_node(self, path: Path, node_json: str) -> None:
+        """Append a node record to a context's node stream with the next round trip."""
+        self._queue_append(self.ks.nodes(path.root, path.ctx_id), "n", node_json)
+
+    def _queue_append(self, key: str, field_name: str, value: str) -> None:
+        with self._lock:
+            self._pending.append(_Op("xadd", [key], [field_name, value]))
+
+    def abort(self, path: Path, reason: str, detail: str) -> list[Any]:
+        """Stop the context named by ``path`` (see abort.lua for the result)."""
+        keys = [self.ks.ctx(path.root, path.ctx_id), self.ks.events(path.root, path.ctx_id)]
+        args = [reason, detail, self.ks.abort_channel, path.root, path.ctx_id]
+        return list(self._run(_Op("abort", keys, args)))
+
+    def close(self, path: Path, retention_s: int) -> None:
+        """Close a context and start the retention clock on its keys."""
+        keys = [
+            self.ks.ctx(path.root, path.ctx_id),
+            self.ks.nodes(path.root, path.ctx_id),
+            self.ks.events(path.root, path.ctx_id),
+            self.ks.kids(path.root, path.ctx_id),
+        ]
+        if len(path.ids) == 1:
+            keys += [self.ks.reservations(path.root), self.ks.leases(path.root)]
+        self._run(_Op("close", keys, [retention_s]))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.expire(self.ks.locator(path.ctx_id), retention_s)
+        if len(path.ids) == 1:
+            pipe.zrem(self.ks.active_roots, path.root)
+        pipe.execute()
+
+    def renew_leases(self) -> None:
+        """Extend the leases of this process's calls in flight (one round trip)."""
+        by_root: dict[str, list[str]] = {}
+        for res_id, root in list(self._inflight.items()):
+            by_root.setdefault(root, []).append(res_id)
+        if not by_root:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for root, ids in by_root.items():
+            self.scripts.queue(pipe, "renew", [self.ks.leases(root)], [self.lease_ms, *ids])
+        results = pipe.execute(raise_on_error=False)
+        if any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
+            self.scripts.load()
+
+    def forget_inflight(self, res_id: str) -> None:
+        self._inflight.pop(res_id, None)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def locate(self, ctx_id: str) -> str | None:
+        """The root id of the tree holding ``ctx_id``."""
+        root = self.client.get(self.ks.locator(ctx_id))
+        return str(root) if root is not None else None
+
+    def read_hash(self, root: str, ctx_id: str) -> dict[str, str]:
+        return dict(self.client.hgetall(self.ks.ctx(root, ctx_id)))
+
+    def read_state(
+        self, path: Path, *, nodes: bool = True, events: bool = True
+    ) -> tuple[list[dict[str, str]], list[str], list[str], int]:
+        """The hashes of every level, the node and event JSON of the context, and the
+        Redis time (ms), in one round trip (after the queued writes)."""
+        def reads(pipe: Any) -> None:
+            for cid in path.ids:
+                pipe.hgetall(self.ks.ctx(path.root, cid))
+            if nodes:
+                pipe.xrange(self.ks.nodes(path.root, path.ctx_id))
+            if events:
+                pipe.xrange(self.ks.events(path.root, path.ctx_id))
+            pipe.time()
+
+        rest = self._round_trip([], reads)
+        for r in rest:
+            if isinstance(r, Exception):
+                raise r
+        hashes = [dict(h) for h in rest[: len(path.ids)]]
+        i = len(path.ids)
+        node_json = [e[1]["n"] for e in rest[i]] if nodes else []
+        i += 1 if nodes else 0
+        event_json = [e[1]["e"] for e in rest[i]] if events else []
+        sec, usec = rest[-1]
+        return hashes, node_json, event_json, int(sec) * 1000 + int(usec) // 1000
+
+    def children(self, root: str, ctx_id: str) -> list[str]:
+        return sorted(self.client.smembers(self.ks.kids(root, ctx_id)))
+
+    def server_time_ms(self) -> int:
+        sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000

@@ -1,0 +1,26 @@
+-- abort.lua: stop a context, and with it its whole subtree, durably.
+--
+-- KEYS[1]     bc:{R}:ctx:<id>    hash    the context to stop
+-- KEYS[2]     bc:{R}:events:<id> stream  its SafetyEvents
+-- ARGV[1]     reason: 'aborted' (explicit abort) or 'timeout' (a local deadline timer)
+-- ARGV[2]     detail (free text)
+-- ARGV[3]     abort channel (pub/sub, not a key)
+-- ARGV[4]     root id
+-- ARGV[5]     context id
+--
+-- Descendants are not touched: every reserve checks every level of its path, so a stopped
+-- ancestor halts the whole subtree. A 'timeout' is only applied when the context's deadline
+-- has passed in Redis time (a worker's clock is never trusted).
+-- Returns {1} when this call stopped it; {0, reason} when it was already stopped or closed;
+--         {2, ms_left} when a timeout came early; {-1} when the context does not exist.
+
+local v = redis.call('HMGET', KEYS[1], 'status', 'reason', 'deadline')
+if not v[1] then return {-1} end
+if v[1] ~= 'running' then return {0, v[2] or v[1]} end
+local now = now_ms()
+if ARGV[1] == 'timeout' then
+  local deadline = tonumber(v[3] or '0')
+  if deadline == 0 or now < deadline then return {2, deadline - now} end
+end
+stop_level(KEYS[1], KEYS[2], ARGV[5], ARGV[4], ARGV[3], ARGV[1], ARGV[2], now)
+return {1}

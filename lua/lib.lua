@@ -1,0 +1,92 @@
+-- lib.lua: helpers shared by the scripts. coordinator/scripts.py prepends this file to
+-- every other script before registering it, so each script stays one atomic EVALSHA.
+--
+-- Context hash fields used here:
+--   status  running | stopped | closed      reason, detail, stopped_ms
+--   deadline  absolute Redis-time ms (0 = none)
+--   l:<dim> limit   u:<dim> used (settled, subtree included)   h:<dim> held by reservations
+-- Dimensions: usd (micro-USD), steps, retries, tin, tout, ttot (tokens), and
+-- <provider>.tin / <provider>.tout / <provider>.ttot.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local REASONS = {usd = 'budget_exceeded', steps = 'step_limit_exceeded',
+                 retries = 'retry_budget_exceeded'}
+
+-- The stop reason of a dimension: every token dimension stops with token_budget_exceeded.
+local function reason_for(dim)
+  return REASONS[dim] or 'token_budget_exceeded'
+end
+
+local function split(csv)
+  local out = {}
+  for part in string.gmatch(csv, '[^,]+') do out[#out + 1] = part end
+  return out
+end
+
+-- Marks a running context stopped, appends the SafetyEvent to its event stream and
+-- broadcasts the stop. Returns true if this call stopped it. The channel is a pub/sub
+-- channel, not a key.
+local function stop_level(key, events_key, id, root, channel, reason, detail, now)
+  local v = redis.call('HMGET', key, 'status', 'request_id')
+  if v[1] ~= 'running' then return false end
+  redis.call('HSET', key, 'status', 'stopped', 'reason', reason, 'detail', detail,
+             'stopped_ms', now)
+  local event = cjson.encode({event_type = reason, decision = 'HALT', reason = detail,
+                              hook = 'ExecutionContext', request_id = v[2], ts = now,
+                              metadata = {chain_id = id}})
+  redis.call('XADD', events_key, 'MAXLEN', '~', 10000, '*', 'e', event)
+  redis.call('PUBLISH', channel, cjson.encode({root = root, id = id, reason = reason}))
+  return true
+end
+
+-- Finishes a reservation at every level of its path: drops the holds, adds the actual
+-- amounts (actual = flat {dim, amount, ...}), counts the step (ok) or the retry (error),
+-- then stops each level that reached a ceiling. Returns {level, reason, detail, ...} of the
+-- levels this call stopped. KEYS[first + 2(i-1)] and the key after it are the context hash
+-- and the event stream of rec.p[i].
+local function finish(rec, first, actual, step, retry, channel, now)
+  local held = rec.d
+  local stopped = {}
+  local root = rec.p[1]
+  for lv = 1, #rec.p do
+    local key, events_key = KEYS[first + 2 * (lv - 1)], KEYS[first + 2 * (lv - 1) + 1]
+    for i = 1, #held, 2 do
+      redis.call('HINCRBY', key, 'h:' .. held[i], -tonumber(held[i + 1]))
+    end
+    local touched = {}
+    for i = 1, #actual, 2 do
+      local amount = tonumber(actual[i + 1])
+      if amount > 0 then
+        redis.call('HINCRBY', key, 'u:' .. actual[i], amount)
+        touched[#touched + 1] = actual[i]
+      end
+    end
+    if step then
+      redis.call('HINCRBY', key, 'u:steps', 1)
+      touched[#touched + 1] = 'steps'
+    end
+    if retry then
+      redis.call('HINCRBY', key, 'u:retries', 1)
+      touched[#touched + 1] = 'retries'
+    end
+    for _, dim in ipairs(touched) do
+      local v = redis.call('HMGET', key, 'l:' .. dim, 'u:' .. dim)
+      local lim = tonumber(v[1])
+      if lim and tonumber(v[2]) >= lim then
+        local reason = reason_for(dim)
+        local detail = dim .. ' ' .. v[2] .. ' reached limit ' .. v[1]
+        if stop_level(key, events_key, rec.p[lv], root, channel, reason, detail, now) then
+          stopped[#stopped + 1] = lv
+          stopped[#stopped + 1] = reason
+          stopped[#stopped + 1] = detail
+        end
+        break
+      end
+    end
+  end
+  return stopped
+end

@@ -1,0 +1,87 @@
+-- open.lua: create a context, root or child, with tightest-bound inheritance.
+--
+-- KEYS[1]     bc:{R}:ctx:<id>      hash  the new context
+-- KEYS[2]     bc:{R}:kids:<parent> set   the parent's children (for a root: bc:{R}:kids:<id>)
+-- KEYS[3..]   bc:{R}:ctx:<a>       hash  the ancestors, root first, parent last (none for a root)
+-- ARGV[1]     context id            ARGV[2] parent id ('' for a root)
+-- ARGV[3]     path ids, comma-separated, root first, ending with this id
+-- ARGV[4]     metadata (JSON, with request_id)   ARGV[5] requested limits (JSON, for the record)
+-- ARGV[6]     timeout ms from now (0 = none)
+-- ARGV[7]     absolute deadline, Unix ms (0 = none)
+-- ARGV[8..]   triples: dimension, mode, value, where mode is
+--               'set'       an explicit limit; consumable dimensions are clamped to what
+--                           remains above (limit - used - held, the least over ancestors)
+--               'remaining' what remains above (no limit if no ancestor limits it)
+--               'parent'    the parent's limit for that dimension (steps, retries)
+--
+-- The effective deadline is the earliest of the timeout, the absolute deadline and every
+-- ancestor's. A child opened under a stopped ancestor is created, and halts on first use.
+-- Returns {1, deadline_ms, created_ms, clamped_csv, usd, steps, retries} (the effective
+-- limits of the three base dimensions; -1 when unlimited), or {0, 'exists'}.
+
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 'exists'} end
+local now = now_ms()
+local nanc = #KEYS - 2
+
+local deadline = 0
+local function tighten(d)
+  d = tonumber(d or '0')
+  if d > 0 and (deadline == 0 or d < deadline) then deadline = d end
+end
+if tonumber(ARGV[6]) > 0 then tighten(now + tonumber(ARGV[6])) end
+tighten(ARGV[7])
+for a = 1, nanc do tighten(redis.call('HGET', KEYS[a + 2], 'deadline')) end
+
+-- The least (limit - used - held) over the ancestors that limit dim; nil if none does.
+local function remaining_above(dim)
+  local least = nil
+  for a = 1, nanc do
+    local v = redis.call('HMGET', KEYS[a + 2], 'l:' .. dim, 'u:' .. dim, 'h:' .. dim)
+    local lim = tonumber(v[1])
+    if lim then
+      local left = lim - tonumber(v[2] or '0') - tonumber(v[3] or '0')
+      if left < 0 then left = 0 end
+      if least == nil or left < least then least = left end
+    end
+  end
+  return least
+end
+
+local ids = split(ARGV[3])
+local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1], 'path', ARGV[3],
+                'depth', #ids - 1, 'status', 'running', 'created_ms', now,
+                'deadline', deadline, 'meta', ARGV[4], 'config', ARGV[5],
+                'request_id', cjson.decode(ARGV[4]).request_id}
+local clamped = {}
+local effective = {usd = -1, steps = -1, retries = -1}
+for i = 8, #ARGV, 3 do
+  local dim, mode, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local limit = nil
+  if mode == 'parent' then
+    if nanc > 0 then limit = tonumber(redis.call('HGET', KEYS[nanc + 2], 'l:' .. dim)) end
+    limit = limit or value
+  else
+    local above = nil
+    if dim ~= 'steps' and dim ~= 'retries' then above = remaining_above(dim) end
+    if mode == 'remaining' then
+      limit = above
+    else
+      limit = value
+      if above ~= nil and above < value then
+        limit = above
+        clamped[#clamped + 1] = dim
+      end
+    end
+  end
+  if limit ~= nil then
+    if effective[dim] then effective[dim] = limit end
+    fields[#fields + 1] = 'l:' .. dim
+    fields[#fields + 1] = limit
+  end
+end
+local clamped_csv = table.concat(clamped, ',')
+fields[#fields + 1] = 'clamped'
+fields[#fields + 1] = clamped_csv
+redis.call('HSET', KEYS[1], unpack(fields))
+if ARGV[2] ~= '' then redis.call('SADD', KEYS[2], ARGV[1]) end
+return {1, deadline, now, clamped_csv, effective.usd, effective.steps, effective.retries}

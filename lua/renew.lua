@@ -1,0 +1,15 @@
+-- renew.lua: extend the leases of calls still running in a live process.
+--
+-- KEYS[1]     bc:{R}:leases  zset  reservation id by lease expiry (Redis ms)
+-- ARGV[1]     lease length in ms
+-- ARGV[2..]   reservation ids
+--
+-- Only ids still leased are extended (ZADD XX): a lease already reaped stays reaped.
+-- Returns the number of leases extended.
+
+local until_ms = now_ms() + tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV do
+  n = n + redis.call('ZADD', KEYS[1], 'XX', 'CH', until_ms, ARGV[i])
+end
+return n

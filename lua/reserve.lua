@@ -1,0 +1,105 @@
+-- reserve.lua: hold a call's estimate at every level of its path, or refuse it.
+--
+-- KEYS[1]     bc:{R}:res      hash  reservation id -> json {c = context, p = path ids, d = held}
+-- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
+-- KEYS[3..]   per level of the path, root first, caller last, two keys:
+--             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
+-- ARGV[1]     reservation id (the node id)
+-- ARGV[2]     lease length in ms
+-- ARGV[3]     path ids, comma-separated, root first (same order as the levels in KEYS)
+-- ARGV[4]     abort channel (pub/sub, not a key)
+-- ARGV[5..]   pairs: dimension, amount (integers; steps 1 is always among them)
+--
+-- Every level is checked (status, deadline in Redis time, retry budget, each dimension's
+-- limit against used + held + amount) before anything is written, so a refusal changes
+-- nothing but the stop of a level that is past a limit for good (deadline passed, or used
+-- already at the ceiling).
+--
+-- Returns {1, now_ms, expired_id, expired_json, ...} when held (with up to 8 reservations
+--         of this tree whose lease has expired, for the caller to settle at their estimate);
+--         {0, level, reason, detail, stopped, now_ms} when refused, where stopped is 1 when
+--         the level is stopped for good (before or by this call) and 0 when only this call
+--         does not fit.
+--         A reservation id already held returns {1, now_ms} and holds nothing more.
+
+local now = now_ms()
+local id = ARGV[1]
+if redis.call('HEXISTS', KEYS[1], id) == 1 then return {1, now} end
+
+local ids = split(ARGV[3])
+local root = ids[1]
+local channel = ARGV[4]
+local dims, amounts = {}, {}
+for i = 5, #ARGV, 2 do
+  dims[#dims + 1] = ARGV[i]
+  amounts[#amounts + 1] = tonumber(ARGV[i + 1])
+end
+
+local fields = {'status', 'reason', 'deadline', 'l:retries', 'u:retries'}
+for _, d in ipairs(dims) do
+  fields[#fields + 1] = 'l:' .. d
+  fields[#fields + 1] = 'u:' .. d
+  fields[#fields + 1] = 'h:' .. d
+end
+
+local levels = (#KEYS - 2) / 2
+for lv = 1, levels do
+  local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
+  local v = redis.call('HMGET', key, unpack(fields))
+  if not v[1] then return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 0, now} end
+  if v[1] ~= 'running' then return {0, lv, v[2] or v[1], 'stopped: ' .. (v[2] or v[1]), 1, now} end
+  local deadline = tonumber(v[3] or '0')
+  if deadline > 0 and now >= deadline then
+    local detail = 'deadline passed ' .. (now - deadline) .. ' ms ago'
+    stop_level(key, events_key, ids[lv], root, channel, 'timeout', detail, now)
+    return {0, lv, 'timeout', detail, 1, now}
+  end
+  local retry_limit = tonumber(v[4])
+  if retry_limit and tonumber(v[5] or '0') >= retry_limit then
+    local detail = 'retries ' .. (v[5] or '0') .. ' reached limit ' .. v[4]
+    stop_level(key, events_key, ids[lv], root, channel, 'retry_budget_exceeded', detail, now)
+    return {0, lv, 'retry_budget_exceeded', detail, 1, now}
+  end
+  for j, d in ipairs(dims) do
+    local base = 5 + (j - 1) * 3
+    local limit = tonumber(v[base + 1])
+    if limit then
+      local used = tonumber(v[base + 2] or '0')
+      local held = tonumber(v[base + 3] or '0')
+      if used >= limit then
+        local detail = d .. ' ' .. used .. ' reached limit ' .. limit
+        stop_level(key, events_key, ids[lv], root, channel, reason_for(d), detail, now)
+        return {0, lv, reason_for(d), detail, 1, now}
+      end
+      if used + held + amounts[j] > limit then
+        local detail = d .. ' needs ' .. amounts[j] .. ', ' .. (limit - used - held) ..
+                       ' of ' .. limit .. ' left (' .. held .. ' held by calls in flight)'
+        return {0, lv, reason_for(d), detail, 0, now}
+      end
+    end
+  end
+end
+
+local held = {}
+for j, d in ipairs(dims) do
+  if amounts[j] > 0 then
+    held[#held + 1] = d
+    held[#held + 1] = amounts[j]
+    for lv = 1, levels do redis.call('HINCRBY', KEYS[2 * lv + 1], 'h:' .. d, amounts[j]) end
+  end
+end
+redis.call('HSET', KEYS[1], id, cjson.encode({c = ids[#ids], p = ids, d = held}))
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
+
+local out = {1, now}
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 8)
+for _, eid in ipairs(expired) do
+  local rec = redis.call('HGET', KEYS[1], eid)
+  if rec then
+    out[#out + 1] = eid
+    out[#out + 1] = rec
+  else
+    redis.call('ZREM', KEYS[2], eid)
+  end
+end
+return out

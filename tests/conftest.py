@@ -1,0 +1,43 @@
+"""Test fixtures: real redis-server processes that the tests start on free ports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from coordinator import Coordinator
+from coordinator.embedded import RedisServer
+
+TEST_KEYS = {"test": b"test-secret-0123456789abcdef"}
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One redis-server for the session (tests that kill or pause Redis start their own)."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """A clean database on the session server."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.script_flush()
+    client.close()
+    yield redis_server.url
+
+
+@pytest.fixture
+def coord(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Coordinator]:
+    """A coordinator on the clean database, also installed as the process default (so the
+    specification's examples run as written)."""
+    monkeypatch.setenv("BUDGET_REDIS_URL", redis_url)
+    c = Coordinator.from_url(redis_url, token_keys=TEST_KEYS)
+    Coordinator.set_default(c)
+    yield c
+    Coordinator.set_default(None)
+    c.close()
+    c.client.close()
