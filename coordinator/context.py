@@ -24,6 +24,7 @@ from .errors import (
     BackendUnavailableError,
     ContextExistsError,
     ContextNotFoundError,
+    InvalidCostError,
 )
 from .limits import (
     actual_amounts,
@@ -696,7 +697,9 @@ class ExecutionContext:
             return Decision.HALT
         cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=False)
         amounts = actual_amounts(cost, tin, tout, provider)
-        if not isinstance(exc, Exception):
+        if not isinstance(exc, Exception) or isinstance(exc, InvalidCostError):
+            # Interpreter exits, outer cancellations and bad usage reports propagate; the
+            # call counts no retry, and what it validly reported is still charged.
             node = self._node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
             self._finish(call, "skip", node, amounts, write_behind=True)
             return None

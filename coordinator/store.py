@@ -117,28 +117,35 @@ class Store:
     # -- round trips ---------------------------------------------------------------------
 
     def _execute(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None) -> list[Any]:
-        """Run ops (then reads) in one pipelined round trip; reload scripts once on
-        NOSCRIPT. Raises redis.ConnectionError / TimeoutError when Redis cannot be
-        reached. Script errors come back in place, as exceptions in the result list."""
-        for attempt in (1, 2):
-            pipe = self.client.pipeline(transaction=False)
-            for op in ops:
-                if op.kind == "xadd":
-                    pipe.xadd(op.keys[0], {op.args[0]: op.args[1]},
-                              maxlen=EVENT_STREAM_CAP, approximate=True)
-                else:
-                    self.scripts.queue(pipe, op.kind, op.keys, op.args)
-            if reads is not None:
-                reads(pipe)
-            results = pipe.execute(raise_on_error=False)
-            if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError)
-                                    for r in results):
-                # Every script op is idempotent (reservation ids, settle keyed by them),
-                # so re-running the ones that did succeed changes nothing.
-                self.scripts.load()
-                continue
-            return list(results)
-        raise AssertionError("unreachable")
+        """Run ops (then reads) in one pipelined round trip. Raises redis.ConnectionError /
+        TimeoutError when Redis cannot be reached. Script errors come back in place, as
+        exceptions in the result list.
+
+        Ops that hit NOSCRIPT (the server's script cache was flushed) are re-sent once
+        after reloading the scripts, followed by the reads again, so the reads see them;
+        ops that succeeded are not repeated."""
+        results = self._send(ops, reads)
+        missing = [i for i, r in enumerate(results[: len(ops)])
+                   if isinstance(r, redis.exceptions.NoScriptError)]
+        if not missing:
+            return results
+        self.scripts.load()
+        again = self._send([ops[i] for i in missing], reads)
+        for j, i in enumerate(missing):
+            results[i] = again[j]
+        return results[: len(ops)] + again[len(missing):]
+
+    def _send(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for op in ops:
+            if op.kind == "xadd":
+                pipe.xadd(op.keys[0], {op.args[0]: op.args[1]},
+                          maxlen=EVENT_STREAM_CAP, approximate=True)
+            else:
+                self.scripts.queue(pipe, op.kind, op.keys, op.args)
+        if reads is not None:
+            reads(pipe)
+        return list(pipe.execute(raise_on_error=False))
 
     def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
                     ) -> list[Any]:
@@ -266,8 +273,12 @@ class Store:
     def reap(self, root: str, res_id: str, rec: dict[str, Any], node: dict[str, Any]) -> None:
         """Queue the settle of an expired reservation at its held estimate."""
         path = Path(root, tuple(rec["p"]))
+        held = rec["d"]
+        # settle.lua counts the step itself; the other held amounts become the actuals
+        actual = [x for i in range(0, len(held), 2) if held[i] != "steps"
+                  for x in held[i:i + 2]]
         op = _Op("settle", self._finish_keys(path),
-                 [res_id, self.ks.abort_channel, json.dumps(node), NODE_STREAM_CAP, *rec["d"]])
+                 [res_id, self.ks.abort_channel, json.dumps(node), NODE_STREAM_CAP, *actual])
         with self._lock:
             self._pending.append(op)
 

@@ -1,0 +1,46 @@
+"""Invariant checks read straight from Redis after a concurrent run."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from coordinator.keys import KeySpace
+
+
+def subtree(client: redis.Redis, ks: KeySpace, root: str, ctx_id: str) -> list[str]:
+    out = [ctx_id]
+    for kid in client.smembers(ks.kids(root, ctx_id)):
+        out += subtree(client, ks, root, kid.decode() if isinstance(kid, bytes) else kid)
+    return out
+
+
+def check_tree(client: redis.Redis, root: str, ks: KeySpace = KeySpace()) -> dict[str, int]:
+    """Assert, for every context of the tree: its committed cost equals the sum of the
+    settled calls in its subtree, it is within its ceiling, nothing is held, and no
+    reservation is open. Returns the root's committed micro-USD."""
+    assert client.hlen(ks.reservations(root)) == 0, "reservations left open"
+    assert client.zcard(ks.leases(root)) == 0, "leases left open"
+    node_cost: dict[str, int] = {}
+    node_steps: dict[str, int] = {}
+    node_retries: dict[str, int] = {}
+    for ctx_id in subtree(client, ks, root, root):
+        cost = steps = retries = 0
+        for _, fields in client.xrange(ks.nodes(root, ctx_id)):
+            n = json.loads(fields[b"n"] if b"n" in fields else fields["n"])
+            cost += round(n.get("cost_usd", 0.0) * 1_000_000)
+            steps += n["status"] in ("ok", "lost")
+            retries += n.get("retries_used", 0)
+        node_cost[ctx_id], node_steps[ctx_id], node_retries[ctx_id] = cost, steps, retries
+    for ctx_id in node_cost:
+        h = {k.decode() if isinstance(k, bytes) else k: (v.decode() if isinstance(v, bytes) else v)
+             for k, v in client.hgetall(ks.ctx(root, ctx_id)).items()}
+        members = subtree(client, ks, root, ctx_id)
+        used = int(h.get("u:usd", 0))
+        assert used == sum(node_cost[m] for m in members), f"{ctx_id}: ledger != settled calls"
+        assert int(h.get("u:steps", 0)) == sum(node_steps[m] for m in members), ctx_id
+        assert int(h.get("u:retries", 0)) == sum(node_retries[m] for m in members), ctx_id
+        assert used <= int(h["l:usd"]), f"{ctx_id}: {used} over ceiling {h['l:usd']}"
+        assert int(h.get("h:usd", 0)) == 0 and int(h.get("h:steps", 0)) == 0, ctx_id
+    return int(client.hget(ks.ctx(root, root), "u:usd") or 0)

@@ -1,0 +1,105 @@
+"""Bodies of the OS processes that the distributed tests start (multiprocessing, spawn)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+from coordinator import (
+    Coordinator,
+    Decision,
+    ExecutionContext,
+    WrapOptions,
+    current_cancellation_token,
+    report_usage,
+)
+
+TEST_KEYS = {"test": b"test-secret-0123456789abcdef"}
+
+
+def _coord(url: str, **kw: Any) -> Coordinator:
+    return Coordinator.from_url(url, token_keys=TEST_KEYS, **kw)
+
+
+def hammer(url: str, token: str, seed: int, max_calls: int, out: Any) -> None:
+    """Spend through an attached context until the tree halts it. Estimates are >= the
+    actual spend, so no ceiling may be crossed. Some calls fail after spending."""
+    rng = random.Random(seed)
+    coord = _coord(url)
+    ctx = ExecutionContext.attach(token, coordinator=coord)
+    allowed = halted = failed = 0
+    for _ in range(max_calls):
+        estimate = rng.choice([0.01, 0.02, 0.05])
+        actual = round(estimate * rng.uniform(0.2, 1.0), 6)
+        fail = rng.random() < 0.1
+
+        def body() -> None:
+            report_usage(cost_usd=actual)
+            if fail:
+                raise RuntimeError("provider 500")
+
+        d = ctx.wrap_llm_call(body, WrapOptions(cost_estimate_hint=estimate))
+        if d == Decision.ALLOW:
+            allowed += 1
+        elif d == Decision.RETRY:
+            failed += 1
+        else:
+            halted += 1
+            if ctx.get_snapshot().aborted:
+                break
+    ctx.close()
+    coord.close()
+    out.put({"allowed": allowed, "halted": halted, "failed": failed})
+
+
+def hold_call(url: str, token: str, lease_ms: int, ready: Any) -> None:
+    """Reserve a $0.30 call and block inside it forever (the test SIGKILLs us)."""
+    coord = _coord(url, lease_ms=lease_ms)
+    ctx = ExecutionContext.attach(token, coordinator=coord)
+
+    def body() -> None:
+        ready.set()
+        time.sleep(3600)
+
+    ctx.wrap_llm_call(body, WrapOptions(cost_estimate_hint=0.30, operation_name="doomed"))
+
+
+def wait_for_cancel(url: str, token: str, use_async: bool, ready: Any, out: Any) -> None:
+    """Run a long call in an attached child; report how it ended and when."""
+    coord = _coord(url)
+    ctx = ExecutionContext.attach(token, coordinator=coord)
+
+    def sync_body() -> None:
+        ready.set()
+        tok = current_cancellation_token()
+        assert tok is not None
+        while True:  # a synchronous function polls its token
+            tok.raise_if_cancelled()
+            time.sleep(0.005)
+
+    async def async_body() -> None:
+        ready.set()
+        await asyncio.sleep(3600)
+
+    if use_async:
+        decision = asyncio.run(ctx.awrap_llm_call(async_body, WrapOptions(cost_estimate_hint=0.1)))
+    else:
+        decision = ctx.wrap_llm_call(sync_body, WrapOptions(cost_estimate_hint=0.1))
+    ended = time.time()
+    after = ctx.wrap_llm_call(lambda: None)
+    snap = ctx.get_snapshot()
+    out.put({"decision": decision.value, "ended": ended, "after": after.value,
+             "status": snap.nodes[0].status if snap.nodes else None,
+             "aborted": snap.aborted, "reason": snap.abort_reason})
+    ctx.close()
+    coord.close()
+
+
+def spend_and_exit(url: str, token: str) -> None:
+    """One settled call, then exit without closing anything: the atexit flush must land
+    the write-behind settle."""
+    coord = _coord(url)
+    ctx = ExecutionContext.attach(token, coordinator=coord)
+    ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.07), WrapOptions(cost_estimate_hint=0.1))
