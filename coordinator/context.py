@@ -740,6 +740,26 @@ class ExecutionContext:
                 self._on_stop(stop.reason)
         return stops
 
+    # -- egress --------------------------------------------------------------------------
+
+    def check_egress(self, url: str) -> Decision:
+        """Ask the pipeline's ``before_egress`` hooks whether data may be sent to ``url``
+        (call it from a tool before it posts). ALLOW without a pipeline; a refusal's event
+        goes to the chain's event log."""
+        if self.pipeline is None:
+            return Decision.ALLOW
+        call = _current_call.get()
+        tool_ctx = call.tool_ctx if call is not None and call.ctx is self else None
+        if tool_ctx is None:
+            m = self.metadata
+            tool_ctx = ToolCallContext(
+                request_id=m.request_id, chain_id=self.chain_id, node_id=uuid.uuid4().hex,
+                kind="tool", model=m.model, org_id=m.org_id, team=m.team, service=m.service,
+                user_id=m.user_id, tags=dict(m.tags))
+        decision = self.pipeline.before_egress(tool_ctx, url)
+        self._mirror_pipeline_events(self.pipeline)
+        return decision
+
     # -- snapshots -----------------------------------------------------------------------
 
     def get_snapshot(self) -> ContextSnapshot:
