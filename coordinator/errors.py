@@ -89,6 +89,14 @@ class TokenExpiredError(TokenError):
     """The token's expiry time has passed."""
 
 
+class TokenNotYetValidError(TokenError):
+    """The token was issued further in the future than the allowed clock skew."""
+
+
+class TokenMissingError(TokenError):
+    """A service that requires a context token received a request without one."""
+
+
 class TenantMismatchError(TokenError):
     """The token belongs to another tenant than this service accepts."""
 
@@ -141,3 +149,8 @@ class DeadlineExceededError(RuntimeError):
 
 class TokenBudgetExceededError(RuntimeError):
     """Raised by tool code when the remaining token allowance is insufficient."""
+
+
+class InvalidUsageError(BudgetCoordinatorError, ValueError):
+    """Reported usage, a price, or a price table is inconsistent (e.g. more cached input
+    tokens than input tokens). Nothing is recorded."""

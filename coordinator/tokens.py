@@ -7,6 +7,7 @@ Format (version 1)::
 
 ``path`` lists the ancestor ids, root first, ending with ``context``; times are Unix
 seconds. Limits are never in the token: it names a context, it cannot raise a limit.
+Base64url is unpadded and must be canonical, so one token has exactly one spelling.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import base64
 import binascii
 import hashlib
 import hmac
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 
@@ -25,6 +26,7 @@ from .errors import (
     TenantMismatchError,
     TokenExpiredError,
     TokenMalformedError,
+    TokenNotYetValidError,
     TokenSignatureError,
     TokenTooLargeError,
     TokenVersionError,
@@ -34,6 +36,9 @@ from .errors import (
 VERSION = 1
 MAX_TOKEN_BYTES = 4096
 CLOCK_SKEW_S = 60
+MIN_SECRET_BYTES = 16
+_SIG_BYTES = hashlib.sha256().digest_size
+_B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 @dataclass(frozen=True)
@@ -57,12 +62,20 @@ def _unb64(text: str) -> bytes:
     if not text or any(c not in _B64_ALPHABET for c in text):
         raise TokenMalformedError("not base64url")
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise TokenMalformedError("not base64url") from None
+    # The decoder ignores unused low bits of the last character; without this check a
+    # token would have several spellings that all verify.
+    if _b64(data) != text:
+        raise TokenMalformedError("not canonical base64url")
+    return data
 
 
-_B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+def _short(value: object) -> str:
+    """An attacker-supplied value, clipped for error messages."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_keys(spec: str) -> dict[str, bytes]:
@@ -73,11 +86,14 @@ def parse_keys(spec: str) -> dict[str, bytes]:
         if not part:
             continue
         kid, sep, secret = part.partition(":")
-        if not sep or not kid or len(secret) < 16:
+        kid = kid.strip()
+        if not sep or not kid or len(secret.encode()) < MIN_SECRET_BYTES:
             raise ValueError(
                 "BUDGET_TOKEN_KEYS must be 'kid:secret' pairs separated by commas, "
-                "each secret at least 16 characters"
+                f"each secret at least {MIN_SECRET_BYTES} bytes"
             )
+        if kid in keys:
+            raise ValueError(f"BUDGET_TOKEN_KEYS names the key id {kid!r} twice")
         keys[kid] = secret.encode()
     if not keys:
         raise ValueError("BUDGET_TOKEN_KEYS names no key")
@@ -85,32 +101,54 @@ def parse_keys(spec: str) -> dict[str, bytes]:
 
 
 class TokenCodec:
-    """Signs and verifies context tokens with a key ring (first key signs)."""
+    """Signs and verifies context tokens with a key ring (first key signs, all verify)."""
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         if not keys:
             raise ValueError("a token codec needs at least one key")
+        for kid, secret in keys.items():
+            if not kid or not isinstance(secret, bytes) or len(secret) < MIN_SECRET_BYTES:
+                raise ValueError(f"token key {kid!r} must be a secret of at least "
+                                 f"{MIN_SECRET_BYTES} bytes")
         self._keys = dict(keys)
         self._signing_kid = next(iter(self._keys))
+
+    @property
+    def signing_kid(self) -> str:
+        """The key id new tokens are signed with."""
+        return self._signing_kid
 
     def encode(
         self, *, root: str, path: tuple[str, ...], tenant: str, ttl_s: int, now: float
     ) -> str:
-        """A signed token naming ``path[-1]`` in the tree ``root``."""
+        """A signed token naming ``path[-1]`` in the tree ``root``. Raises
+        :class:`~coordinator.errors.TokenTooLargeError` rather than issue a token that
+        no receiver would accept."""
+        if not path or path[0] != root or len(set(path)) != len(path):
+            raise ValueError(f"path {path!r} must start at the root {root!r}, without repeats")
         issued = int(now)
         payload = msgpack.packb(
             [VERSION, self._signing_kid, root, path[-1], list(path), tenant, issued,
              issued + max(1, ttl_s)]
         )
         sig = hmac.new(self._keys[self._signing_kid], payload, hashlib.sha256).digest()
-        return f"{_b64(payload)}.{_b64(sig)}"
+        token = f"{_b64(payload)}.{_b64(sig)}"
+        if len(token) > MAX_TOKEN_BYTES:
+            raise TokenTooLargeError(len(token), MAX_TOKEN_BYTES)
+        return token
 
     def decode(self, token: object, *, now: float, tenant: str | None = None) -> TokenClaims:
         """Verify and parse a token. Raises a :class:`~coordinator.errors.TokenError`
-        subclass for anything wrong; never anything else."""
-        if isinstance(token, bytes):
+        subclass for anything wrong; never anything else.
+
+        The signature is checked before any claim is trusted; the tenant last, so a
+        403 is only ever answered to a genuine token of another tenant."""
+        if isinstance(token, (bytes, bytearray, memoryview)):
+            raw = bytes(token)
+            if len(raw) > MAX_TOKEN_BYTES:
+                raise TokenTooLargeError(len(raw), MAX_TOKEN_BYTES)
             try:
-                token = token.decode("ascii")
+                token = raw.decode("ascii")
             except UnicodeDecodeError:
                 raise TokenMalformedError("not ASCII") from None
         if not isinstance(token, str):
@@ -121,35 +159,50 @@ class TokenCodec:
         if not sep or "." in sig_text:
             raise TokenMalformedError("expected payload.signature")
         payload, sig = _unb64(body), _unb64(sig_text)
-        try:
-            fields = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-        except Exception:  # msgpack raises many types on garbage  # noqa: BLE001
-            raise TokenMalformedError("payload is not msgpack") from None
-        if not isinstance(fields, list) or not fields:
-            raise TokenMalformedError("payload is not a token")
-        if fields[0] != VERSION:
-            raise TokenVersionError(f"version {fields[0]!r} is not {VERSION}")
+        if len(sig) != _SIG_BYTES:
+            raise TokenMalformedError(f"signature is {len(sig)} bytes, not {_SIG_BYTES}")
+        fields = _unpack(payload)
+        version = fields[0]
+        if type(version) is not int or version != VERSION:
+            raise TokenVersionError(f"version {_short(version)} is not {VERSION}")
         if len(fields) != 8:
-            raise TokenMalformedError("wrong number of fields")
+            raise TokenMalformedError(f"{len(fields)} fields, expected 8")
         _, kid, root, ctx, path, ten, issued, expires = fields
         if not isinstance(kid, str) or kid not in self._keys:
-            raise UnknownKeyError(f"unknown key id {kid!r}")
+            raise UnknownKeyError(f"unknown key id {_short(kid)}")
         want = hmac.new(self._keys[kid], payload, hashlib.sha256).digest()
         if not hmac.compare_digest(want, sig):
             raise TokenSignatureError("signature mismatch")
-        if not (
-            isinstance(root, str) and isinstance(ctx, str) and isinstance(ten, str)
-            and isinstance(path, list) and path and all(isinstance(p, str) for p in path)
-            and path[0] == root and path[-1] == ctx
-            and isinstance(issued, int) and isinstance(expires, int)
-        ):
-            raise TokenMalformedError("fields of the wrong type")
+        ids = _check_claims(root, ctx, path, ten, issued, expires)
         if now > expires + CLOCK_SKEW_S:
             raise TokenExpiredError(f"expired {int(now - expires)} s ago")
+        if issued > now + CLOCK_SKEW_S:
+            raise TokenNotYetValidError(f"issued {int(issued - now)} s in the future")
         if tenant is not None and ten != tenant:
             raise TenantMismatchError(f"token tenant {ten!r} is not {tenant!r}")
-        return TokenClaims(root, ctx, tuple(path), ten, issued, expires, kid)
+        return TokenClaims(root, ctx, ids, ten, issued, expires, kid)
 
 
-def now_s() -> float:
-    return time.time()
+def _unpack(payload: bytes) -> list[Any]:
+    try:
+        fields = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    except Exception:  # msgpack raises many types on garbage  # noqa: BLE001
+        raise TokenMalformedError("payload is not msgpack") from None
+    if not isinstance(fields, list) or not fields:
+        raise TokenMalformedError("payload is not a token")
+    return fields
+
+
+def _check_claims(root: Any, ctx: Any, path: Any, tenant: Any, issued: Any,
+                  expires: Any) -> tuple[str, ...]:
+    """The path of well-typed claims (signed claims are still checked: a key may be
+    shared with an older or buggy issuer)."""
+    if not (
+        isinstance(root, str) and isinstance(ctx, str) and isinstance(tenant, str)
+        and isinstance(path, list) and len(path) > 0
+        and all(isinstance(p, str) and p for p in path) and len(set(path)) == len(path)
+        and path[0] == root and path[-1] == ctx
+        and type(issued) is int and type(expires) is int and issued <= expires
+    ):
+        raise TokenMalformedError("claims of the wrong type or shape")
+    return tuple(path)
