@@ -1,0 +1,47 @@
+-- breaker_record.lua: the outcome of a call that a circuit breaker let through.
+--
+-- KEYS[1]  bc:{brk:<name>}:state  hash (see breaker_check.lua)
+-- ARGV[1]  'success', 'failure', or 'release' (the probe was taken but the call never ran)
+-- ARGV[2]  failure threshold: consecutive failures that open a CLOSED breaker
+-- ARGV[3]  probe holder id this caller took with breaker_check ('' if none)
+-- ARGV[4]  idle ttl in ms of the state hash
+--
+-- Success of the probe closes the breaker for everyone; its failure re-opens it (a new
+-- recovery timeout). In CLOSED, a success resets the consecutive-failure count and a
+-- failure adds one. Outcomes of calls dispatched before the breaker opened (not the probe)
+-- change nothing while it is OPEN or HALF_OPEN.
+-- Returns {state, failures} after the update.
+
+local now = now_ms()
+local h = redis.call('HMGET', KEYS[1], 'state', 'failures', 'probe')
+local state = h[1] or 'CLOSED'
+local failures = tonumber(h[2] or '0')
+local is_probe = state == 'HALF_OPEN' and ARGV[3] ~= '' and h[3] == ARGV[3]
+local outcome = ARGV[1]
+
+if outcome == 'release' then
+  if is_probe then redis.call('HDEL', KEYS[1], 'probe', 'probe_until') end
+  return {state, failures}
+end
+if outcome == 'success' then
+  if is_probe or (state == 'CLOSED' and failures > 0) then
+    -- CLOSED with no failures is the absent hash: nothing stays behind for idle breakers
+    redis.call('DEL', KEYS[1])
+    return {'CLOSED', 0}
+  end
+  return {state, failures}
+end
+if is_probe then
+  redis.call('HSET', KEYS[1], 'state', 'OPEN', 'opened_ms', now)
+  redis.call('HDEL', KEYS[1], 'probe', 'probe_until')
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {'OPEN', failures}
+end
+if state ~= 'CLOSED' then return {state, failures} end
+failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+if failures >= tonumber(ARGV[2]) then
+  state = 'OPEN'
+  redis.call('HSET', KEYS[1], 'state', 'OPEN', 'opened_ms', now)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {state, failures}
