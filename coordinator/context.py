@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -500,7 +501,8 @@ class ExecutionContext:
                 return decision, None
             finally:
                 unhook()
-                call.token.detach()
+                if call.token is not self.cancellation_token:
+                    call.token.detach()
             return self._complete(call, result), result
         raise AssertionError("unreachable")
 
@@ -510,13 +512,13 @@ class ExecutionContext:
     def _exit_call(self, call: _Call, vars_: tuple[Any, Any], *, detach: bool = True) -> None:
         reset_collector(vars_[1])
         _current_call.reset(vars_[0])
-        if detach:
+        if detach and call.token is not self.cancellation_token:
             call.token.detach()
 
     def _begin(self, kind: Literal["llm", "tool"], opts: WrapOptions) -> _Call | Decision:
         """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
         flight, or the decision that stops it before it runs."""
-        node_id = uuid.uuid4().hex
+        node_id = secrets.token_hex(16)
         if self._stopped is not None:
             return self._halt(kind, opts, node_id, self._stopped,
                               f"context stopped: {self._stopped}")
@@ -549,7 +551,8 @@ class ExecutionContext:
                                node=self._node(call, "halted"), amounts=[],
                                write_behind=True)
             self._coord.schedule_flush()
-            call.token.detach()
+            if call.token is not self.cancellation_token:
+                call.token.detach()
             return decision
         return call
 
@@ -565,14 +568,14 @@ class ExecutionContext:
                 provider=opts.provider, model=opts.model or m.model, org_id=m.org_id,
                 team=m.team, service=m.service, user_id=m.user_id, tags=dict(m.tags),
             )
-        call = _Call(self, node_id, kind, opts, amounts, tool_ctx,
-                     CancellationToken(parent=self.cancellation_token),
+        # A call shares its context's token unless it has a timeout of its own.
+        token = self.cancellation_token
+        if opts.timeout_ms:
+            token = CancellationToken(parent=self.cancellation_token)
+            self._coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel("timeout"))
+        return _Call(self, node_id, kind, opts, amounts, tool_ctx, token,
                      parent_node=parent_call.node_id if parent_call else None,
                      reserved=reserved)
-        if opts.timeout_ms:
-            token = call.token
-            self._coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel("timeout"))
-        return call
 
     def _consult_before(self, call: _Call) -> Decision:
         """Pipeline hooks, then the circuit breaker (the spec's order, after limits)."""

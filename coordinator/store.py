@@ -3,7 +3,9 @@ queues the write-behind work (settles, events) that rides on the next round trip
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,8 +16,20 @@ import redis
 from .keys import KeySpace
 from .scripts import Scripts
 
+try:
+    from hiredis import pack_command as _pack_command
+except ImportError:  # pure-Python parser: let redis-py pack
+    _pack_command = None
+
 NODE_STREAM_CAP = 10_000
 EVENT_STREAM_CAP = 10_000
+
+
+def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
+    """RESP bytes of several commands, for Connection.send_packed_command."""
+    if _pack_command is not None:
+        return [b"".join(_pack_command(c) for c in commands)]
+    return list(redis.Connection().pack_commands(commands))
 
 
 @dataclass(frozen=True)
@@ -97,22 +111,25 @@ class Store:
         self._pending: list[_Op] = []
         self._lock = threading.Lock()
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
+        self._local = threading.local()
+        self._level_keys = functools.lru_cache(maxsize=4096)(self._compute_level_keys)
+        self._finish_keys = functools.lru_cache(maxsize=4096)(self._compute_finish_keys)
 
     # -- key helpers ---------------------------------------------------------------------
 
-    def _level_keys(self, path: Path) -> list[str]:
+    def _compute_level_keys(self, path: Path) -> tuple[str, ...]:
         out: list[str] = []
         for cid in path.ids:
             out += [self.ks.ctx(path.root, cid), self.ks.events(path.root, cid)]
-        return out
+        return tuple(out)
 
-    def _finish_keys(self, path: Path) -> list[str]:
-        return [
+    def _compute_finish_keys(self, path: Path) -> tuple[str, ...]:
+        return (
             self.ks.reservations(path.root),
             self.ks.leases(path.root),
             self.ks.nodes(path.root, path.ctx_id),
             *self._level_keys(path),
-        ]
+        )
 
     # -- round trips ---------------------------------------------------------------------
 
@@ -136,16 +153,44 @@ class Store:
         return results[: len(ops)] + again[len(missing):]
 
     def _send(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None) -> list[Any]:
+        if reads is None:
+            return self._send_raw(ops)
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
-            if op.kind == "xadd":
-                pipe.xadd(op.keys[0], {op.args[0]: op.args[1]},
-                          maxlen=EVENT_STREAM_CAP, approximate=True)
-            else:
-                self.scripts.queue(pipe, op.kind, op.keys, op.args)
-        if reads is not None:
-            reads(pipe)
+            pipe.execute_command(*self._command(op))
+        reads(pipe)
         return list(pipe.execute(raise_on_error=False))
+
+    def _command(self, op: _Op) -> tuple[Any, ...]:
+        if op.kind == "xadd":
+            return ("XADD", op.keys[0], "MAXLEN", "~", EVENT_STREAM_CAP, "*", *op.args)
+        sha = self.scripts.by_name[op.kind].sha
+        return ("EVALSHA", sha, len(op.keys), *op.keys, *op.args)
+
+    def _send_raw(self, ops: Sequence[_Op]) -> list[Any]:
+        """The hot path: the commands packed into one write on this thread's own
+        connection, the replies read in order. (redis-py's Pipeline and pool bookkeeping
+        cost more than the round trip itself at this size.)"""
+        conn = self._thread_connection()
+        try:
+            conn.send_packed_command(_pack([self._command(op) for op in ops]))
+            out: list[Any] = []
+            for _ in ops:
+                try:
+                    out.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    out.append(exc)
+            return out
+        except BaseException:
+            conn.disconnect()  # a half-read connection must not be reused as is
+            raise
+
+    def _thread_connection(self) -> Any:
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.conn = self.client.connection_pool.make_connection()
+            local.pid = os.getpid()
+        return local.conn
 
     def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
                     ) -> list[Any]:
@@ -260,7 +305,7 @@ class Store:
                            json.dumps(node) if node else "", NODE_STREAM_CAP]
         if script == "release":
             args.append(outcome)
-        op = _Op(script, self._finish_keys(path), [*args, *amounts], inflight_id=res_id)
+        op = _Op(script, list(self._finish_keys(path)), [*args, *amounts], inflight_id=res_id)
         if write_behind:
             with self._lock:
                 self._pending.append(op)
@@ -277,7 +322,7 @@ class Store:
         # settle.lua counts the step itself; the other held amounts become the actuals
         actual = [x for i in range(0, len(held), 2) if held[i] != "steps"
                   for x in held[i:i + 2]]
-        op = _Op("settle", self._finish_keys(path),
+        op = _Op("settle", list(self._finish_keys(path)),
                  [res_id, self.ks.abort_channel, json.dumps(node), NODE_STREAM_CAP, *actual])
         with self._lock:
             self._pending.append(op)

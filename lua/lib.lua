@@ -45,47 +45,67 @@ end
 
 -- Finishes a reservation at every level of its path: drops the holds, adds the actual
 -- amounts (actual = flat {dim, amount, ...}), counts the step (ok) or the retry (error),
--- then stops each level that reached a ceiling. Returns {level, reason, detail, ...} of the
--- levels this call stopped. KEYS[first + 2(i-1)] and the key after it are the context hash
--- and the event stream of rec.p[i].
+-- then stops each level that reached a ceiling. One HMGET and one HSET per level.
+-- Returns {level, reason, detail, ...} of the levels this call stopped.
+-- KEYS[first + 2(i-1)] and the key after it are the context hash and the event stream
+-- of rec.p[i].
 local function finish(rec, first, actual, step, retry, channel, now)
+  local dims, dheld, dused = {}, {}, {}
+  local function touch(d)
+    if dheld[d] == nil then
+      dims[#dims + 1] = d
+      dheld[d], dused[d] = 0, 0
+    end
+  end
   local held = rec.d
+  for i = 1, #held, 2 do
+    touch(held[i])
+    dheld[held[i]] = dheld[held[i]] - tonumber(held[i + 1])
+  end
+  for i = 1, #actual, 2 do
+    local amount = tonumber(actual[i + 1])
+    if amount > 0 then
+      touch(actual[i])
+      dused[actual[i]] = dused[actual[i]] + amount
+    end
+  end
+  if step then touch('steps'); dused.steps = dused.steps + 1 end
+  if retry then touch('retries'); dused.retries = dused.retries + 1 end
+
+  local fields = {}
+  for _, d in ipairs(dims) do
+    fields[#fields + 1] = 'l:' .. d
+    fields[#fields + 1] = 'u:' .. d
+    fields[#fields + 1] = 'h:' .. d
+  end
   local stopped = {}
   local root = rec.p[1]
   for lv = 1, #rec.p do
     local key, events_key = KEYS[first + 2 * (lv - 1)], KEYS[first + 2 * (lv - 1) + 1]
-    for i = 1, #held, 2 do
-      redis.call('HINCRBY', key, 'h:' .. held[i], -tonumber(held[i + 1]))
-    end
-    local touched = {}
-    for i = 1, #actual, 2 do
-      local amount = tonumber(actual[i + 1])
-      if amount > 0 then
-        redis.call('HINCRBY', key, 'u:' .. actual[i], amount)
-        touched[#touched + 1] = actual[i]
+    local v = redis.call('HMGET', key, unpack(fields))
+    local set, hit = {}, nil
+    for j, d in ipairs(dims) do
+      local limit = tonumber(v[3 * j - 2])
+      local used = tonumber(v[3 * j - 1] or '0')
+      if dheld[d] ~= 0 then
+        set[#set + 1] = 'h:' .. d
+        set[#set + 1] = tonumber(v[3 * j] or '0') + dheld[d]
       end
-    end
-    if step then
-      redis.call('HINCRBY', key, 'u:steps', 1)
-      touched[#touched + 1] = 'steps'
-    end
-    if retry then
-      redis.call('HINCRBY', key, 'u:retries', 1)
-      touched[#touched + 1] = 'retries'
-    end
-    for _, dim in ipairs(touched) do
-      local v = redis.call('HMGET', key, 'l:' .. dim, 'u:' .. dim)
-      local lim = tonumber(v[1])
-      if lim and tonumber(v[2]) >= lim then
-        local reason = reason_for(dim)
-        local detail = dim .. ' ' .. v[2] .. ' reached limit ' .. v[1]
-        if stop_level(key, events_key, rec.p[lv], root, channel, reason, detail, now) then
-          stopped[#stopped + 1] = lv
-          stopped[#stopped + 1] = reason
-          stopped[#stopped + 1] = detail
+      if dused[d] ~= 0 then
+        used = used + dused[d]
+        set[#set + 1] = 'u:' .. d
+        set[#set + 1] = used
+        if hit == nil and limit and used >= limit then
+          hit = {d, 'dimension ' .. d .. ' at ' .. used .. ' reached its limit ' .. limit}
         end
-        break
       end
+    end
+    if #set > 0 then redis.call('HSET', key, unpack(set)) end
+    if hit and stop_level(key, events_key, rec.p[lv], root, channel, reason_for(hit[1]),
+                          hit[2], now) then
+      stopped[#stopped + 1] = lv
+      stopped[#stopped + 1] = reason_for(hit[1])
+      stopped[#stopped + 1] = hit[2]
     end
   end
   return stopped

@@ -43,10 +43,12 @@ for _, d in ipairs(dims) do
 end
 
 local levels = (#KEYS - 2) / 2
+local seen = {}
 for lv = 1, levels do
   local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
   local v = redis.call('HMGET', key, unpack(fields))
-  if not v[1] then return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 0, now} end
+  seen[lv] = v
+  if not v[1] then return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 1, now} end
   if v[1] ~= 'running' then return {0, lv, v[2] or v[1], 'stopped: ' .. (v[2] or v[1]), 1, now} end
   local deadline = tonumber(v[3] or '0')
   if deadline > 0 and now >= deadline then
@@ -80,13 +82,23 @@ for lv = 1, levels do
   end
 end
 
+-- Every level accepted: hold the amounts everywhere (one HSET per level).
 local held = {}
 for j, d in ipairs(dims) do
   if amounts[j] > 0 then
     held[#held + 1] = d
     held[#held + 1] = amounts[j]
-    for lv = 1, levels do redis.call('HINCRBY', KEYS[2 * lv + 1], 'h:' .. d, amounts[j]) end
   end
+end
+for lv = 1, levels do
+  local set = {}
+  for j, d in ipairs(dims) do
+    if amounts[j] > 0 then
+      set[#set + 1] = 'h:' .. d
+      set[#set + 1] = tonumber(seen[lv][5 + (j - 1) * 3 + 3] or '0') + amounts[j]
+    end
+  end
+  if #set > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(set)) end
 end
 redis.call('HSET', KEYS[1], id, cjson.encode({c = ids[#ids], p = ids, d = held}))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
