@@ -1,0 +1,87 @@
+-- window.lua: a sliding-window limit on calls and USD for one scope (an org, a team, a
+-- service, a user or a model), shared by every process. Check-and-add is one atomic step,
+-- so the window is exact under any concurrency.
+--
+-- KEYS[1]  bc:{win:<name>:<scope>:<value>}:calls  zset  member '<call id>|<micro-USD>',
+--                                                       score = Redis ms it was admitted
+-- KEYS[2]  bc:{win:<name>:<scope>:<value>}:usd    string  micro-USD of the members
+-- ARGV[1]  'admit' or 'charge'
+-- ARGV[2]  window length in ms; an entry counts while now - score < window
+-- ARGV[3]  call id
+-- admit:
+--   ARGV[4]  max calls (0 = no call limit)   ARGV[5]  calls above which it degrades
+--   ARGV[6]  max micro-USD (0 = none)         ARGV[7]  micro-USD above which it degrades
+--   ARGV[8]  the call's estimate in micro-USD (held in the window until charged)
+-- charge:
+--   ARGV[4]  micro-USD held at admission      ARGV[5]  actual micro-USD
+--   ARGV[6]  max micro-USD (0 = none)         ARGV[7]  micro-USD above which it degrades
+--
+-- Returns {code, calls, micro-USD, now_ms, retry_after_ms}: code 0 ALLOW, 1 DEGRADE,
+-- 2 HALT (admit: not added; retry_after_ms is when the oldest entry leaves the window).
+-- Admitting a call id twice adds it once. Both keys expire one window after the last write.
+
+local now = now_ms()
+local window = tonumber(ARGV[2])
+local usd = tonumber(redis.call('GET', KEYS[2]) or '0')
+
+local function save()
+  redis.call('SET', KEYS[2], usd, 'PX', window)
+  redis.call('PEXPIRE', KEYS[1], window)
+end
+
+-- Drop the entries that left the window and their money.
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if #old > 0 then
+  for _, m in ipairs(old) do
+    usd = usd - tonumber(string.match(m, '|(-?%d+)$'))
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+  save()
+end
+
+local function retry_after()
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #first == 0 then return 0 end
+  return tonumber(first[2]) + window - now
+end
+
+local id = ARGV[3]
+local calls = redis.call('ZCARD', KEYS[1])
+
+if ARGV[1] == 'charge' then
+  local held, actual = tonumber(ARGV[4]), tonumber(ARGV[5])
+  local member = id .. '|' .. held
+  local score = redis.call('ZSCORE', KEYS[1], member)
+  if score and held ~= actual then
+    -- Keep the admission time: the actual amount leaves the window when the hold would.
+    redis.call('ZREM', KEYS[1], member)
+    redis.call('ZADD', KEYS[1], score, id .. '|' .. actual)
+    usd = usd + actual - held
+    save()
+  end
+  local code = 0
+  local max_usd, degrade_usd = tonumber(ARGV[6]), tonumber(ARGV[7])
+  if max_usd > 0 and usd >= max_usd then code = 2
+  elseif max_usd > 0 and usd > degrade_usd then code = 1 end
+  return {code, calls, usd, now, 0}
+end
+
+local max_calls, degrade_calls = tonumber(ARGV[4]), tonumber(ARGV[5])
+local max_usd, degrade_usd = tonumber(ARGV[6]), tonumber(ARGV[7])
+local estimate = tonumber(ARGV[8])
+local member = id .. '|' .. estimate
+if not redis.call('ZSCORE', KEYS[1], member) then
+  if (max_calls > 0 and calls >= max_calls)
+     or (max_usd > 0 and (usd >= max_usd or usd + estimate > max_usd)) then
+    return {2, calls, usd, now, retry_after()}
+  end
+  redis.call('ZADD', KEYS[1], now, member)
+  calls = calls + 1
+  usd = usd + estimate
+  save()
+end
+local code = 0
+if (max_calls > 0 and calls > degrade_calls) or (max_usd > 0 and usd > degrade_usd) then
+  code = 1
+end
+return {code, calls, usd, now, 0}
