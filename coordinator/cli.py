@@ -1,0 +1,117 @@
+"""``budgetctl``: the demo and a few operations commands.
+
+    budgetctl demo [--redis URL]       sub-agents on Celery workers under one ceiling
+    budgetctl tree CHAIN_ID            a tree with spend against each ceiling
+    budgetctl abort CHAIN_ID [REASON]  stop a context and its subtree, everywhere
+
+The Redis comes from ``--redis``, else ``BUDGET_REDIS_URL``, ``REDIS_URL``,
+``redis://localhost:6379/0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import redis
+
+from .coordinator import Coordinator, default_url
+from .errors import ContextNotFoundError
+from .store import Path
+
+MAX_KIDS_SHOWN = 50
+
+
+def _usd(micro: int) -> str:
+    return f"${micro / 1e6:.4f}"
+
+
+def _line(cid: str, h: dict[str, str]) -> str:
+    meta = json.loads(h.get("meta") or "{}")
+    name = meta.get("service") or "context"
+    used, held, limit = (int(h.get(k) or 0) for k in ("u:usd", "h:usd", "l:usd"))
+    pct = f" {100 * used / limit:3.0f}%" if limit else ""
+    status = h.get("status", "?")
+    if status == "stopped":
+        status = f"stopped: {h.get('reason')}"
+    held_txt = f" (+{_usd(held)} reserved)" if held else ""
+    return (f"{name} [{cid[:12]}]  {_usd(used)} / {_usd(limit)}{pct}{held_txt}  "
+            f"{int(h.get('u:steps') or 0)} calls  {status}")
+
+
+def render_tree(coord: Coordinator, chain_id: str) -> list[str]:
+    """The subtree under ``chain_id``, one line per context: spend against its ceiling,
+    calls, status. Raises ContextNotFoundError for an unknown id."""
+    root = coord.store.locate(chain_id)
+    if root is None:
+        raise ContextNotFoundError(chain_id)
+    lines: list[str] = []
+
+    def walk(cid: str, prefix: str, branch: str) -> None:
+        h = coord.store.read_hash(root, cid)
+        if not h:
+            lines.append(f"{prefix}{branch}[{cid[:12]}] (expired)")
+            return
+        lines.append(prefix + branch + _line(cid, h))
+        kids = coord.store.children(root, cid)
+        inner = prefix + ("    " if branch == "└── " else "│   " if branch else "")
+        for i, kid in enumerate(kids[:MAX_KIDS_SHOWN]):
+            last = i == len(kids) - 1 or i == MAX_KIDS_SHOWN - 1
+            walk(kid, inner, "└── " if last else "├── ")
+        if len(kids) > MAX_KIDS_SHOWN:
+            lines.append(f"{inner}... {len(kids) - MAX_KIDS_SHOWN} more")
+
+    walk(chain_id, "", "")
+    return lines
+
+
+def _abort(coord: Coordinator, chain_id: str, reason: str) -> str:
+    root = coord.store.locate(chain_id)
+    h = coord.store.read_hash(root, chain_id) if root else {}
+    if not root or not h:
+        raise ContextNotFoundError(chain_id)
+    res = coord.store.abort(Path(root, tuple(h["path"].split(","))), "aborted", reason)
+    if int(res[0]) == 1:
+        return f"aborted {chain_id} and its subtree: {reason}"
+    return f"{chain_id} was already {res[1] if len(res) > 1 else 'stopped'}; nothing changed"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``budgetctl``."""
+    parser = argparse.ArgumentParser(prog="budgetctl", description=__doc__.split("\n")[0])
+    parser.add_argument("--redis", help="Redis URL (default: BUDGET_REDIS_URL, REDIS_URL, "
+                                        "redis://localhost:6379/0)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="run the demo (starts an embedded Redis if none answers)")
+    tree = sub.add_parser("tree", help="print a tree with spend against each ceiling")
+    tree.add_argument("chain_id")
+    abort = sub.add_parser("abort", help="stop a context and its subtree everywhere")
+    abort.add_argument("chain_id")
+    abort.add_argument("reason", nargs="?", default="aborted by budgetctl")
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(args.redis)
+    coord = Coordinator.from_url(args.redis or default_url())
+    try:
+        if args.command == "tree":
+            print("\n".join(render_tree(coord, args.chain_id)))
+        else:
+            print(_abort(coord, args.chain_id, args.reason))
+    except ContextNotFoundError as exc:
+        print(f"budgetctl: {exc}", file=sys.stderr)
+        return 1
+    except redis.RedisError as exc:
+        print(f"budgetctl: Redis unavailable: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        coord.client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

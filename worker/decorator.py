@@ -1,0 +1,148 @@
+"""``@contained``: run a Celery task inside an ExecutionContext.
+
+With a ``budget_context`` token in its message the task runs in a new child of that
+context; without one it opens a root context. Its limits are the decorator's (a child's
+are tightened by what remains above). The body never runs when the context is already
+stopped, and is interrupted when the context is aborted or times out while it runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from celery._state import get_current_task
+
+from coordinator.cancellation import CancelledByContext
+from coordinator.coordinator import Coordinator
+from coordinator.context import ExecutionContext
+from coordinator.errors import ContextExistsError
+from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
+
+from .errors import TaskStoppedError
+from .interrupt import Armed
+from .propagation import incoming_token
+
+log = logging.getLogger("coordinator.worker")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def contained(
+    max_cost_usd: float | None = None,
+    max_steps: int | None = None,
+    max_retries_total: int | None = None,
+    timeout_ms: int = 0,
+    *,
+    token_budget: TokenBudget | None = None,
+    team: str = "",
+    org_id: str = "",
+    coordinator: Coordinator | None = None,
+) -> Callable[[F], F]:
+    """Make a Celery task run in an ExecutionContext. Put it *under* the task decorator::
+
+        @app.task(bind=True)
+        @contained(max_cost_usd=0.50)
+        def research(self, topic): ...
+
+    Called with a token in the message (a task sent while a context was current), the
+    task runs in a child of that context: limits left ``None`` inherit what remains above.
+    Called without one, it opens a root context, which needs ``max_cost_usd``,
+    ``max_steps`` and ``max_retries_total`` (an ``InvalidConfigError`` fails the task
+    otherwise). Inside the body ``current_context()`` is the context.
+    """
+    # validate what was given now, at import time, not when the first task runs
+    ExecutionConfig(max_cost_usd=max_cost_usd or 1.0, max_steps=max_steps or 1,
+                    max_retries_total=max_retries_total or 1, timeout_ms=timeout_ms,
+                    token_budget=token_budget)
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            task = get_current_task()
+            if task is None:  # called as a plain function, outside Celery
+                raise RuntimeError(f"{fn.__name__} is a @contained Celery task; call it "
+                                   f"through Celery (delay, apply_async, apply)")
+            request = task.request
+            task_id = str(request.id or "")
+            name = str(task.name)
+            retries = int(request.retries or 0)
+            chain_id = task_id if not retries else f"{task_id}-retry{retries}"
+            meta = ChainMetadata(request_id=task_id, chain_id=chain_id, service=name,
+                                 team=team, org_id=org_id,
+                                 tags={"celery_task": name, "celery_retries": str(retries)})
+            coord = coordinator or Coordinator.default()
+            token = incoming_token(request)
+            ctx = _open(coord, token, meta, max_cost_usd, max_steps, max_retries_total,
+                        timeout_ms, token_budget)
+            with ctx:
+                _check_runnable(coord, ctx, name, task_id, check_above=token is not None)
+                armed: Armed | None = None
+                try:
+                    armed = Armed(ctx.cancellation_token)
+                    return fn(*args, **kwargs)
+                except CancelledByContext as exc:
+                    raise TaskStoppedError(name, task_id, exc.reason,
+                                           "interrupted while running") from None
+                finally:
+                    if armed is not None:
+                        armed.disarm()
+
+        return cast(F, run)
+
+    return decorate
+
+
+def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,
+          max_cost_usd: float | None, max_steps: int | None,
+          max_retries_total: int | None, timeout_ms: int,
+          token_budget: TokenBudget | None) -> ExecutionContext:
+    """The task's context: a new child of the token's context, or a new root. A message
+    delivered again (``acks_late`` after a lost worker) joins the context its first
+    delivery opened."""
+    if token is None:
+        config = ExecutionConfig(max_cost_usd=cast(float, max_cost_usd),
+                                 max_steps=cast(int, max_steps),
+                                 max_retries_total=cast(int, max_retries_total),
+                                 timeout_ms=timeout_ms, token_budget=token_budget)
+        try:
+            return ExecutionContext(config, metadata=meta, coordinator=coord)
+        except ContextExistsError:
+            return _rejoin(coord, (meta.chain_id,))
+    parent = ExecutionContext.attach(token, coord)
+    try:
+        return parent.spawn_child(max_cost_usd=max_cost_usd, max_steps=max_steps,
+                                  max_retries_total=max_retries_total,
+                                  timeout_ms=timeout_ms, token_budget=token_budget,
+                                  metadata=meta)
+    except ContextExistsError:
+        return _rejoin(coord, (*parent.path, meta.chain_id))
+    finally:
+        parent.close()  # an attached handle: flushes and unregisters, never closes
+
+
+def _rejoin(coord: Coordinator, path: tuple[str, ...]) -> ExecutionContext:
+    log.info("context %s exists (message delivered again): joining it", path[-1])
+    token = coord.codec.encode(root=path[0], path=path, tenant=coord.tenant, ttl_s=60,
+                               now=coord.redis_now_ms() / 1000)
+    return ExecutionContext.attach(token, coord)
+
+
+def _check_runnable(coord: Coordinator, ctx: ExecutionContext, name: str, task_id: str, *,
+                    check_above: bool) -> None:
+    """Raise TaskStoppedError if the context (or an ancestor) is stopped, closed or past
+    its deadline: the body must not run."""
+    if ctx.cancellation_token.cancelled:
+        raise TaskStoppedError(name, task_id, ctx.cancellation_token.reason or "aborted")
+    if not check_above:
+        return  # a root opened just now cannot be stopped yet
+    snap = ctx.get_snapshot()
+    if snap.status != "running":
+        reason = snap.abort_reason or snap.status
+        where = f"at {snap.stopped_by}" if snap.stopped_by else "above"
+        raise TaskStoppedError(name, task_id, reason, f"context stopped {where}")
+    deadline = snap.deadline
+    if deadline is not None and deadline.timestamp() * 1000 <= coord.redis_now_ms():
+        raise TaskStoppedError(name, task_id, "timeout", "deadline passed while queued")
