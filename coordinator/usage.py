@@ -3,29 +3,62 @@ or what its return value carries (OpenAI, Anthropic and LiteLLM response shapes)
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import InvalidCostError
+from .errors import InvalidCostError, InvalidUsageError
 from .limits import check_amount
 
 
 @dataclass
 class Usage:
-    """Usage of one call. ``cost_usd`` None means "price it from the tokens"."""
+    """Usage of one call. ``cost_usd`` None means "price it from the tokens".
+
+    ``input_tokens`` counts every input token once; ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens`` say how many of them were read from or written to the
+    provider's prompt cache (they are priced differently, but are not extra tokens).
+    """
 
     cost_usd: float | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     model: str | None = None
     provider: str | None = None
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
     @property
     def has_tokens(self) -> bool:
+        """True when any input or output token was reported."""
         return bool(self.input_tokens or self.output_tokens)
+
+
+def _add(total: Usage, report: Usage) -> None:
+    if report.cost_usd is not None:
+        total.cost_usd = (total.cost_usd or 0.0) + report.cost_usd
+    total.input_tokens += report.input_tokens
+    total.output_tokens += report.output_tokens
+    total.cache_read_input_tokens += report.cache_read_input_tokens
+    total.cache_creation_input_tokens += report.cache_creation_input_tokens
+    total.model = report.model or total.model
+    total.provider = report.provider or total.provider
+
+
+class UsageMeter:
+    """One live contribution to a call's usage (a stream) that is replaced, not added to,
+    as it is refined: an estimate from the chunks seen so far, then the provider's count."""
+
+    def __init__(self, collector: UsageCollector) -> None:
+        self._collector = collector
+
+    def set(self, usage: Usage) -> None:
+        """Replace this meter's contribution with ``usage``."""
+        with self._collector._lock:
+            self._collector._meters[self] = replace(usage)
 
 
 class UsageCollector:
@@ -33,25 +66,39 @@ class UsageCollector:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.usage: Usage | None = None
+        self._reported: Usage | None = None
+        self._meters: dict[UsageMeter, Usage] = {}
 
     def add(self, report: Usage) -> None:
+        """Add one report to the call's usage."""
         with self._lock:
-            if self.usage is None:
-                self.usage = Usage(model=report.model, provider=report.provider)
-            u = self.usage
-            if report.cost_usd is not None:
-                u.cost_usd = (u.cost_usd or 0.0) + report.cost_usd
-            u.input_tokens += report.input_tokens
-            u.output_tokens += report.output_tokens
-            u.model = report.model or u.model
-            u.provider = report.provider or u.provider
+            if self._reported is None:
+                self._reported = Usage(model=report.model, provider=report.provider)
+            _add(self._reported, report)
+
+    def meter(self) -> UsageMeter:
+        """A contribution that its owner keeps replacing (see :class:`UsageMeter`)."""
+        return UsageMeter(self)
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the call used so far (reports plus meters), or None if nothing came."""
+        with self._lock:
+            parts = ([self._reported] if self._reported is not None else []) + list(
+                self._meters.values())
+        if not parts:
+            return None
+        total = Usage(model=parts[0].model, provider=parts[0].provider)
+        for part in parts:
+            _add(total, part)
+        return total
 
 
 _collector: ContextVar[UsageCollector | None] = ContextVar("budget_usage", default=None)
 
 
 def current_collector() -> UsageCollector | None:
+    """The collector of the wrapped call running here, if any."""
     return _collector.get()
 
 
@@ -63,74 +110,131 @@ def reset_collector(token: Any) -> None:
     _collector.reset(token)
 
 
+def _check_tokens(name: str, value: int | None) -> None:
+    check_amount(name, value)
+    if value is not None and int(value) != value:
+        raise InvalidCostError(name, value)
+
+
 def report_usage(
     cost_usd: float | None = None,
     input_tokens: int | None = None,
     output_tokens: int | None = None,
     model: str | None = None,
     provider: str | None = None,
+    *,
+    cache_read_input_tokens: int | None = None,
+    cache_creation_input_tokens: int | None = None,
 ) -> None:
     """Report the actual spend of the wrapped call that is running (reports add up).
 
-    Raises :class:`~coordinator.errors.InvalidCostError` for a NaN, infinite or negative
-    value, and ``RuntimeError`` outside a wrapped call. What is reported before the
-    function raises is still charged.
+    ``input_tokens`` counts every input token once; the cache fields say how many of them
+    were cache reads and writes (priced at the model's cache rates).
+
+    Raises :class:`~coordinator.errors.InvalidCostError` for a NaN, infinite, fractional
+    or negative value, :class:`~coordinator.errors.InvalidUsageError` when the cache
+    fields exceed ``input_tokens``, and ``RuntimeError`` outside a wrapped call. What is
+    reported before the function raises is still charged.
     """
     check_amount("cost_usd", cost_usd)
-    for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-        check_amount(name, value)
-        if value is not None and int(value) != value:
-            raise InvalidCostError(name, value)
+    for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
+                        ("cache_read_input_tokens", cache_read_input_tokens),
+                        ("cache_creation_input_tokens", cache_creation_input_tokens)):
+        _check_tokens(name, value)
+    inp = int(input_tokens or 0)
+    cread, cwrite = int(cache_read_input_tokens or 0), int(cache_creation_input_tokens or 0)
+    if cread + cwrite > inp:
+        raise InvalidUsageError(
+            f"cache_read_input_tokens ({cread}) + cache_creation_input_tokens ({cwrite}) "
+            f"exceed input_tokens ({inp}): input_tokens must include them")
     collector = _collector.get()
     if collector is None:
         raise RuntimeError("report_usage() called outside a wrapped call")
-    collector.add(Usage(cost_usd, int(input_tokens or 0), int(output_tokens or 0), model,
-                        provider))
+    collector.add(Usage(cost_usd, inp, int(output_tokens or 0), model, provider, cread, cwrite))
 
 
-def _get(obj: Any, name: str) -> Any:
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` for a mapping, ``obj.name`` for an SDK object (None if absent)."""
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
 
 
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and value >= 0 else 0
+def count(value: Any) -> int | None:
+    """A token count from a provider payload (None when absent or not a count)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
+
+
+def _n(value: Any) -> int:
+    return count(value) or 0
+
+
+def tokens_from_usage(usage: Any) -> Usage:
+    """The tokens of one provider ``usage`` object, each input token counted once.
+
+    - OpenAI Chat Completions and LiteLLM: ``prompt_tokens`` already includes the cache
+      reads and writes (``prompt_tokens_details.cached_tokens``/``cache_write_tokens``,
+      LiteLLM's ``cache_read_input_tokens``/``cache_creation_input_tokens``).
+    - OpenAI Responses: ``input_tokens`` includes ``input_tokens_details.cached_tokens``
+      and ``cache_write_tokens``.
+    - Anthropic Messages: ``input_tokens`` excludes the cache reads and writes, which are
+      reported beside it and added here once.
+    """
+    prompt = count(field(usage, "prompt_tokens"))
+    if prompt is not None:
+        inp, out = prompt, _n(field(usage, "completion_tokens"))
+        details = field(usage, "prompt_tokens_details")
+        cread = count(field(details, "cached_tokens")) if details is not None else None
+        cwrite = None
+        if details is not None:  # OpenAI says cache_write_tokens, LiteLLM cache_creation_tokens
+            cwrite = count(field(details, "cache_write_tokens"))
+            if cwrite is None:
+                cwrite = count(field(details, "cache_creation_tokens"))
+        if cread is None:
+            cread = _n(field(usage, "cache_read_input_tokens"))
+        if cwrite is None:
+            cwrite = _n(field(usage, "cache_creation_input_tokens"))
+    else:
+        inp, out = _n(field(usage, "input_tokens")), _n(field(usage, "output_tokens"))
+        details = field(usage, "input_tokens_details")
+        if details is not None:  # OpenAI Responses
+            cread = _n(field(details, "cached_tokens"))
+            cwrite = _n(field(details, "cache_write_tokens"))
+        else:  # Anthropic Messages: cache tokens are beside input_tokens, not inside
+            cread = _n(field(usage, "cache_read_input_tokens"))
+            cwrite = _n(field(usage, "cache_creation_input_tokens"))
+            inp += cread + cwrite
+    # A provider's inconsistent breakdown must not make the charge fail at settle time.
+    cread = min(cread, inp)
+    cwrite = min(cwrite, inp - cread)
+    return Usage(input_tokens=inp, output_tokens=out, cache_read_input_tokens=cread,
+                 cache_creation_input_tokens=cwrite)
 
 
 def usage_from_response(response: Any) -> Usage | None:
-    """Token usage (and cost, where the response states it) carried by a provider response.
-
-    Shapes: OpenAI Chat Completions (``prompt_tokens``/``completion_tokens``; cached
-    tokens are already inside ``prompt_tokens``), OpenAI Responses and LiteLLM
-    (``input_tokens``/``output_tokens``; LiteLLM's ``_hidden_params.response_cost``),
-    Anthropic Messages (``input_tokens`` excludes cache reads and writes, which are added
-    once). Returns None when the response carries no usage.
-    """
+    """Token usage (and cost, where the response states it) carried by a provider response
+    (see :func:`tokens_from_usage` for the shapes). LiteLLM's
+    ``_hidden_params["response_cost"]`` is taken as the cost. Returns None when the
+    response carries no usage."""
     if response is None or isinstance(response, (str, bytes, int, float, bool)):
         return None
-    cost = _get(response, "cost_usd")
-    hidden = _get(response, "_hidden_params")
+    cost = field(response, "cost_usd")
+    hidden = field(response, "_hidden_params")
     if cost is None and hidden is not None:
-        cost = _get(hidden, "response_cost")
-    usage = _get(response, "usage")
-    model = _get(response, "model")
+        cost = field(hidden, "response_cost")
+    cost = float(cost) if count(cost) is not None else None
+    usage = field(response, "usage")
+    model = field(response, "model")
     model = model if isinstance(model, str) else None
     if usage is None:
-        if isinstance(cost, (int, float)):
-            return Usage(cost_usd=float(cost), model=model)
+        return Usage(cost_usd=cost, model=model) if cost is not None else None
+    result = tokens_from_usage(usage)
+    if not result.has_tokens and cost is None:
         return None
-    prompt = _get(usage, "prompt_tokens")
-    if prompt is not None:  # OpenAI Chat Completions / LiteLLM
-        inp, out = _int(prompt), _int(_get(usage, "completion_tokens"))
-    else:
-        inp, out = _int(_get(usage, "input_tokens")), _int(_get(usage, "output_tokens"))
-        # Anthropic reports cache reads/writes beside input_tokens, not inside it.
-        inp += _int(_get(usage, "cache_creation_input_tokens"))
-        inp += _int(_get(usage, "cache_read_input_tokens"))
-    if not inp and not out and not isinstance(cost, (int, float)):
-        return None
-    return Usage(
-        cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
-        input_tokens=inp, output_tokens=out, model=model,
-    )
+    result.cost_usd = cost
+    result.model = model
+    return result
