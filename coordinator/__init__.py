@@ -3,9 +3,21 @@ they run. State lives in Redis; atomic Lua scripts reserve, settle and roll spen
 every ancestor."""
 
 from .cancellation import CancellationToken, CancelledByContext
-from .context import ExecutionContext, current_cancellation_token, current_context
+from .context import (
+    ExecutionContext,
+    current_cancellation_token,
+    current_context,
+    current_limits,
+)
+from .errors import (
+    DeadlineExceededError,
+    PromptEvaluationError,
+    TokenBudgetExceededError,
+)
+from .ledger import LedgerReservation, TokenLedger
 from .coordinator import Coordinator
 from .models import (
+    ActiveLimits,
     ChainMetadata,
     ContextSnapshot,
     Decision,
@@ -22,6 +34,13 @@ from .pricing import set_price
 from .usage import report_usage
 
 __all__ = [
+    "ActiveLimits",
+    "DeadlineExceededError",
+    "LedgerReservation",
+    "PromptEvaluationError",
+    "TokenBudgetExceededError",
+    "TokenLedger",
+    "current_limits",
     "CancellationToken",
     "CancelledByContext",
     "ChainMetadata",

@@ -25,7 +25,11 @@ from .errors import (
     BackendUnavailableError,
     ContextExistsError,
     ContextNotFoundError,
+    DeadlineExceededError,
+    InvalidConfigError,
     InvalidCostError,
+    PromptEvaluationError,
+    TokenBudgetExceededError,
 )
 from .limits import (
     actual_amounts,
@@ -36,10 +40,13 @@ from .limits import (
     reserve_amounts,
     token_limit_dims,
     token_limits,
+    remaining_tokens,
+    remaining_usd,
     token_totals,
     usd_to_micro,
 )
 from .models import (
+    ActiveLimits,
     ChainMetadata,
     ContextSnapshot,
     Decision,
@@ -48,9 +55,11 @@ from .models import (
     SafetyEvent,
     TokenBudget,
     WrapOptions,
+    validate_deadline,
 )
 from .pipeline import ShieldPipeline, ToolCallContext
 from .policy import PolicyContext
+from .ledger import TokenLedger
 from .store import Held, Path
 from .usage import Usage, UsageCollector, reset_collector, set_collector, usage_from_response
 
@@ -59,6 +68,8 @@ log = logging.getLogger("coordinator")
 HOOK = "ExecutionContext"
 TOKEN_TTL_S = 24 * 3600
 _NO_OPTIONS = WrapOptions()
+# Errors raised by tool code that mean "a limit stops me" (the Limits specification).
+_LIMIT_ERRORS = {DeadlineExceededError: "timeout", TokenBudgetExceededError: "token_budget_exceeded"}
 _UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 _current_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
@@ -71,6 +82,13 @@ def current_context() -> ExecutionContext | None:
     return call.ctx if call is not None else _current_context.get()
 
 
+def current_limits() -> ActiveLimits | None:
+    """The limits in force for the running code (deadline, remaining tokens and USD, the
+    tightest over the whole path), or None outside any context. One Redis round trip."""
+    ctx = current_context()
+    return ctx.limits() if ctx is not None else None
+
+
 def current_cancellation_token() -> CancellationToken | None:
     """The token of the wrapped call running here (set on abort, timeout, or the call's own
     timeout); synchronous functions poll it."""
@@ -79,6 +97,17 @@ def current_cancellation_token() -> CancellationToken | None:
         return call.token
     ctx = _current_context.get()
     return ctx.cancellation_token if ctx is not None else None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How one wrap ended: the decision, the function's result, and why it stopped."""
+
+    decision: Decision
+    result: Any = None
+    reason: str | None = None
+    detail: str = ""
+    error: BaseException | None = None
 
 
 @dataclass
@@ -364,6 +393,7 @@ class ExecutionContext:
         try:
             self._store.flush()
             if self._owner and self._open_args is None:
+                self._record_summary()
                 self._store.close(self._path, self._coord.retention_s)
         except _UNREACHABLE as exc:
             log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
@@ -431,57 +461,57 @@ class ExecutionContext:
         """Run ``fn`` under the tree's limits: reserve its estimate at every level, call it,
         settle what it spent. Returns ALLOW, or HALT/RETRY/DEGRADE without (or after a
         failed) call. Never raises for a limit."""
-        return self._wrap_sync("llm", fn, options)[0]
+        return self._wrap_sync("llm", fn, options).decision
 
     def wrap_tool_call(self, fn: Callable[[], Any], options: WrapOptions | None = None
                        ) -> Decision:
         """Like :meth:`wrap_llm_call` for a tool (``before_tool_call`` hooks)."""
-        return self._wrap_sync("tool", fn, options)[0]
+        return self._wrap_sync("tool", fn, options).decision
 
     async def awrap_llm_call(self, fn: Callable[[], Awaitable[Any]],
                              options: WrapOptions | None = None) -> Decision:
         """Async twin of :meth:`wrap_llm_call`: ``fn`` is a coroutine function, cancelled
         when the context is aborted or times out anywhere."""
-        return (await self._wrap_async("llm", fn, options))[0]
+        return (await self._wrap_async("llm", fn, options)).decision
 
     async def awrap_tool_call(self, fn: Callable[[], Awaitable[Any]],
                               options: WrapOptions | None = None) -> Decision:
         """Async twin of :meth:`wrap_tool_call`."""
-        return (await self._wrap_async("tool", fn, options))[0]
+        return (await self._wrap_async("tool", fn, options)).decision
 
     def _wrap_sync(self, kind: Literal["llm", "tool"], fn: Callable[[], Any],
-                   options: WrapOptions | None) -> tuple[Decision, Any]:
+                   options: WrapOptions | None) -> _Outcome:
         opts = options or _NO_OPTIONS
         attempts = 1 + (opts.retry_policy_override or 0)
         for attempt in range(attempts):
             call = self._begin(kind, opts)
-            if isinstance(call, Decision):
-                return call, None
+            if isinstance(call, _Outcome):
+                return call
             vars_ = self._enter_call(call)
             try:
                 result = fn()
             except BaseException as exc:  # noqa: BLE001 - every outcome must settle
-                decision = self._fail(call, exc)
-                if decision is None:
+                outcome = self._fail(call, exc)
+                if outcome is None:
                     raise
-                if decision == Decision.RETRY and attempt + 1 < attempts:
+                if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
                     continue
-                return decision, None
+                return outcome
             finally:
                 self._exit_call(call, vars_)
-            return self._complete(call, result), result
+            return self._complete(call, result)
         raise AssertionError("unreachable")
 
     async def _wrap_async(self, kind: Literal["llm", "tool"],
                           fn: Callable[[], Awaitable[Any]],
-                          options: WrapOptions | None) -> tuple[Decision, Any]:
+                          options: WrapOptions | None) -> _Outcome:
         opts = options or _NO_OPTIONS
         attempts = 1 + (opts.retry_policy_override or 0)
         loop = asyncio.get_running_loop()
         for attempt in range(attempts):
             call = self._begin(kind, opts)
-            if isinstance(call, Decision):
-                return call, None
+            if isinstance(call, _Outcome):
+                return call
             vars_ = self._enter_call(call)
             try:
                 task = loop.create_task(_as_coroutine(fn))
@@ -493,17 +523,17 @@ class ExecutionContext:
             except BaseException as exc:  # noqa: BLE001 - every outcome must settle
                 if isinstance(exc, asyncio.CancelledError) and call.token.cancelled:
                     exc = CancelledByContext(call.token.reason or "cancelled")
-                decision = self._fail(call, exc)
-                if decision is None:
+                outcome = self._fail(call, exc)
+                if outcome is None:
                     raise
-                if decision == Decision.RETRY and attempt + 1 < attempts:
+                if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
                     continue
-                return decision, None
+                return outcome
             finally:
                 unhook()
                 if call.token is not self.cancellation_token:
                     call.token.detach()
-            return self._complete(call, result), result
+            return self._complete(call, result)
         raise AssertionError("unreachable")
 
     def _enter_call(self, call: _Call) -> tuple[Any, Any]:
@@ -515,7 +545,7 @@ class ExecutionContext:
         if detach and call.token is not self.cancellation_token:
             call.token.detach()
 
-    def _begin(self, kind: Literal["llm", "tool"], opts: WrapOptions) -> _Call | Decision:
+    def _begin(self, kind: Literal["llm", "tool"], opts: WrapOptions) -> _Call | _Outcome:
         """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
         flight, or the decision that stops it before it runs."""
         node_id = secrets.token_hex(16)
@@ -545,15 +575,15 @@ class ExecutionContext:
         if res.expired:
             self._reap(res.expired)
         call = self._new_call(kind, opts, node_id, amounts)
-        decision = self._consult_before(call)
-        if decision != Decision.ALLOW:
+        refusal = self._consult_before(call)
+        if refusal is not None:
             self._store.finish(self._path, node_id, outcome="skip",
                                node=self._node(call, "halted"), amounts=[],
                                write_behind=True)
             self._coord.schedule_flush()
             if call.token is not self.cancellation_token:
                 call.token.detach()
-            return decision
+            return refusal
         return call
 
     def _new_call(self, kind: Literal["llm", "tool"], opts: WrapOptions, node_id: str,
@@ -577,35 +607,38 @@ class ExecutionContext:
                      parent_node=parent_call.node_id if parent_call else None,
                      reserved=reserved)
 
-    def _consult_before(self, call: _Call) -> Decision:
-        """Pipeline hooks, then the circuit breaker (the spec's order, after limits)."""
+    def _consult_before(self, call: _Call) -> _Outcome | None:
+        """Pipeline hooks, then the circuit breaker (the spec's order, after limits).
+        Returns the refusal, or None to go ahead."""
         if self.pipeline is not None and call.tool_ctx is not None:
             hook = (self.pipeline.before_llm_call if call.kind == "llm"
                     else self.pipeline.before_tool_call)
             decision = hook(call.tool_ctx)
             self._mirror_pipeline_events(self.pipeline)
             if decision != Decision.ALLOW:
-                return decision
+                return _Outcome(decision, reason="pipeline",
+                                detail=f"a pipeline hook returned {decision.value}")
         if self.circuit_breaker is not None:
             verdict = self.circuit_breaker.check(PolicyContext(
                 cost_usd=call.options.cost_estimate_hint, step_count=0))
             if not verdict.allowed:
                 self.record_event(self._event("circuit_open", verdict.reason,
                                               node_id=call.node_id))
-                return Decision.HALT
-        return Decision.ALLOW
+                return _Outcome(Decision.HALT, reason="circuit_open", detail=verdict.reason)
+        return None
 
     def _halt(self, kind: Literal["llm", "tool"], opts: WrapOptions, node_id: str,
               reason: str, detail: str, *, offline: bool = False,
-              level: str | None = None) -> Decision:
-        """Record a refused call (event and node) and return HALT."""
+              level: str | None = None) -> _Outcome:
+        """Record a refused call (event and node); the outcome is HALT."""
         meta: dict[str, Any] = {"node_id": node_id, "operation_name": opts.operation_name}
         if level is not None and level != self.chain_id:
             meta["stopped_at"] = level
         event = self._event(reason, detail or reason, **meta)
+        outcome = _Outcome(Decision.HALT, reason=reason, detail=detail)
         if offline:
             self._offline_events.append(event)
-            return Decision.HALT
+            return outcome
         status = reason if reason in ("aborted", "timeout") else "halted"
         now = time.time()
         node = {"node_id": node_id, "kind": kind, "operation_name": opts.operation_name,
@@ -613,7 +646,7 @@ class ExecutionContext:
         self._store.queue_event(self._path, event.model_dump_json())
         self._store.queue_node(self._path, json.dumps(node))
         self._coord.schedule_flush()
-        return Decision.HALT
+        return outcome
 
     def _reap(self, expired: list[tuple[str, dict[str, Any]]]) -> None:
         """Settle reservations whose worker stopped renewing them, at their estimate."""
@@ -664,7 +697,7 @@ class ExecutionContext:
         provider = (usage.provider if usage else None) or call.options.provider
         return cost or 0, tin, tout, provider
 
-    def _complete(self, call: _Call, result: Any) -> Decision:
+    def _complete(self, call: _Call, result: Any) -> _Outcome:
         usage = call.collector.usage or usage_from_response(result)
         cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=True)
         decision = Decision.ALLOW
@@ -679,11 +712,11 @@ class ExecutionContext:
                          for i in range(0, len(amounts), 2))
             node = self._node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
             self._finish(call, "ok", node, amounts, write_behind=within)
-        return decision
+        return _Outcome(decision, result)
 
-    def _fail(self, call: _Call, exc: BaseException) -> Decision | None:
-        """Settle a call that did not complete. Returns the decision, or None to re-raise
-        (interpreter exits and outer cancellations)."""
+    def _fail(self, call: _Call, exc: BaseException) -> _Outcome | None:
+        """Settle a call that did not complete. Returns the outcome, or None to re-raise
+        (interpreter exits, outer cancellations, bad usage reports)."""
         usage = call.collector.usage
         if isinstance(exc, CancelledByContext):
             reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
@@ -697,7 +730,7 @@ class ExecutionContext:
                 self.record_event(self._event("timeout", f"call exceeded "
                                               f"{call.options.timeout_ms} ms",
                                               node_id=call.node_id, scope="call"))
-            return Decision.HALT
+            return _Outcome(Decision.HALT, reason=reason, error=exc)
         cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=False)
         amounts = actual_amounts(cost, tin, tout, provider)
         if not isinstance(exc, Exception) or isinstance(exc, InvalidCostError):
@@ -706,6 +739,16 @@ class ExecutionContext:
             node = self._node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
             self._finish(call, "skip", node, amounts, write_behind=True)
             return None
+        limit_error = _LIMIT_ERRORS.get(type(exc))
+        if limit_error is not None:
+            # A tool gave up on a limit (Limits specification): no retry is counted.
+            reason = limit_error
+            node = self._node(call, "timeout" if reason == "timeout" else "halted",
+                              cost_micro=cost, tin=tin, tout=tout, usage=usage)
+            self._finish(call, "skip", node, amounts, write_behind=False)
+            self.record_event(self._event(reason, f"{type(exc).__name__}: {exc}",
+                                          node_id=call.node_id, scope="tool"))
+            return _Outcome(Decision.HALT, reason=reason, detail=str(exc), error=exc)
         decision = Decision.RETRY
         if self.pipeline is not None and call.tool_ctx is not None:
             decision = self.pipeline.on_error(call.tool_ctx, exc)
@@ -722,8 +765,9 @@ class ExecutionContext:
                 "provider_error",
                 f"{type(exc).__name__}: {exc} (retry budget exhausted)",
                 node_id=call.node_id))
-            return Decision.HALT
-        return decision
+            return _Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
+        return _Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
+                        error=exc)
 
     def _finish(self, call: _Call, outcome: str, node: dict[str, Any],
                 amounts: list[str | int], *, write_behind: bool) -> list[Any]:
@@ -762,6 +806,101 @@ class ExecutionContext:
         decision = self.pipeline.before_egress(tool_ctx, url)
         self._mirror_pipeline_events(self.pipeline)
         return decision
+
+    # -- the Limits specification: evaluate, limits, ledger ---------------------------
+
+    def evaluate(self, fn: Callable[[], Any], options: WrapOptions | None = None, *,
+                 deadline: datetime | None = None,
+                 token_budget: TokenBudget | None = None) -> Any:
+        """The exception-style twin of :meth:`wrap_llm_call`: returns ``fn``'s result, or
+        raises :class:`~coordinator.errors.PromptEvaluationError` with ``phase`` set to
+        ``preflight`` (invalid limits), ``deadline``, ``token_budget``, or ``halted`` (with
+        the stop reason) for every other stop. A failure of ``fn`` itself is re-raised.
+        ``deadline`` and ``token_budget`` tighten this context's limits for this call and
+        everything it spawns (the call runs in a child context that carries them)."""
+        target = self._tightened(deadline, token_budget)
+        try:
+            outcome = target._wrap_sync("llm", fn, options)
+        finally:
+            if target is not self:
+                target.close()
+        return target._result_or_raise(outcome)
+
+    async def aevaluate(self, fn: Callable[[], Awaitable[Any]],
+                        options: WrapOptions | None = None, *,
+                        deadline: datetime | None = None,
+                        token_budget: TokenBudget | None = None) -> Any:
+        """Async twin of :meth:`evaluate`."""
+        target = self._tightened(deadline, token_budget)
+        try:
+            outcome = await target._wrap_async("llm", fn, options)
+        finally:
+            if target is not self:
+                target.close()
+        return target._result_or_raise(outcome)
+
+    def _tightened(self, deadline: datetime | None, token_budget: TokenBudget | None
+                   ) -> ExecutionContext:
+        if deadline is None and token_budget is None:
+            return self
+        try:
+            validate_deadline(deadline)
+        except ValueError as exc:
+            raise InvalidConfigError("evaluate", [
+                {"loc": ("deadline",), "msg": str(exc), "input": deadline}]) from None
+        return self.spawn_child(deadline=deadline, token_budget=token_budget)
+
+    def _result_or_raise(self, outcome: _Outcome) -> Any:
+        if outcome.decision == Decision.ALLOW:
+            return outcome.result
+        if outcome.decision == Decision.RETRY and outcome.error is not None:
+            raise outcome.error
+        reason = outcome.reason or outcome.decision.value
+        raise self._limit_error(reason, outcome.detail) from outcome.error
+
+    def _limit_error(self, reason: str, detail: str) -> PromptEvaluationError:
+        phase = {"timeout": "deadline", "token_budget_exceeded": "token_budget"}.get(
+            reason, "halted")
+        try:
+            payload = self.limits().model_dump(mode="json")
+        except _UNREACHABLE:
+            payload = {"deadline": self.deadline.isoformat() if self.deadline else None}
+        return PromptEvaluationError(f"{reason}: {detail}" if detail else reason,
+                                     phase=phase, reason=reason, provider_payload=payload)
+
+    def limits(self) -> ActiveLimits:
+        """The limits in force here: the tightest over this context and its ancestors."""
+        hashes, _, _, now = self._store.read_state(self._path, nodes=False, events=False)
+        deadline_ms = int(hashes[-1].get("deadline") or 0)
+        return ActiveLimits(
+            deadline=ms_to_datetime(deadline_ms),
+            time_remaining_ms=float(max(0, deadline_ms - now)) if deadline_ms else None,
+            cost_usd_remaining=remaining_usd(hashes),
+            tokens_remaining=remaining_tokens(hashes),
+        )
+
+    @property
+    def ledger(self) -> TokenLedger:
+        """This context's :class:`~coordinator.ledger.TokenLedger`."""
+        return TokenLedger(self)
+
+    def _finish_reservation(self, reservation_id: str, amounts: list[str | int]) -> None:
+        self._store.finish(self._path, reservation_id, outcome="skip", node=None,
+                           amounts=amounts, write_behind=False)
+
+    def _record_summary(self) -> None:
+        """The closing summary event: time remaining, spend, tokens by direction and
+        provider (the Limits specification's observability)."""
+        snap = self.get_snapshot()
+        remaining = None
+        if snap.deadline is not None:
+            remaining = max(0.0, snap.deadline.timestamp() * 1000 - self._coord.redis_now_ms())
+        self.record_event(self._event(
+            "context_summary", f"closed after {snap.step_count} steps, "
+            f"${snap.cost_usd_accumulated:.6f}, {snap.tokens.total} tokens",
+            Decision.ALLOW, time_remaining_ms=remaining,
+            cost_usd=snap.cost_usd_accumulated,
+            tokens=snap.tokens.model_dump(mode="json")))
 
     # -- snapshots -----------------------------------------------------------------------
 

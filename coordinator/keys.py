@@ -31,6 +31,15 @@ class KeySpace:
     def abort_channel(self) -> str:
         return f"{self.prefix}:abort"
 
+    @property
+    def ledger_channel(self) -> str:
+        """Pub/sub channel of TokenLedgerUpdated events (all trees of the tenant)."""
+        return f"{self.prefix}:ledger"
+
+    def ledger(self, root: str) -> str:
+        """Stream of a tree's TokenLedgerUpdated events."""
+        return f"{self.prefix}:{{{root}}}:ledger"
+
     def ctx(self, root: str, ctx_id: str) -> str:
         return f"{self.prefix}:{{{root}}}:ctx:{ctx_id}"
 

@@ -177,14 +177,24 @@ def token_limits(h: Mapping[str, str]) -> dict[str, int]:
     return out
 
 
-def remaining_tokens(h: Mapping[str, str]) -> dict[str, int]:
-    """Remaining allowance per limited token dimension: limit - used - held."""
+def remaining_tokens(hashes: list[Mapping[str, str]]) -> dict[str, int]:
+    """Remaining allowance per limited token dimension, the least over the given levels
+    (a path's context hashes): limit - used - held."""
     out: dict[str, int] = {}
-    for name, limit in token_limits(h).items():
-        slug, _, base = name.rpartition(".")
-        dim = (f"{slug}." if slug else "") + _FIELD_DIM[base]
-        out[name] = max(0, limit - _int(h, f"u:{dim}") - _int(h, f"h:{dim}"))
+    for h in hashes:
+        for name, limit in token_limits(h).items():
+            slug, _, base = name.rpartition(".")
+            dim = (f"{slug}." if slug else "") + _FIELD_DIM[base]
+            left = max(0, limit - _int(h, f"u:{dim}") - _int(h, f"h:{dim}"))
+            out[name] = min(left, out.get(name, left))
     return out
+
+
+def remaining_usd(hashes: list[Mapping[str, str]]) -> float:
+    """USD left under the tightest cost ceiling of a path."""
+    left = [max(0, _int(h, "l:usd") - _int(h, "u:usd") - _int(h, "h:usd"))
+            for h in hashes if "l:usd" in h]
+    return micro_to_usd(min(left)) if left else 0.0
 
 
 def ms_to_datetime(ms: int) -> datetime | None:

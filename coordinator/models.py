@@ -332,3 +332,18 @@ class ContextSnapshot(_Frozen):
     """0 for a root."""
     metadata: ChainMetadata | None = None
     """The chain's metadata."""
+
+
+class ActiveLimits(_Frozen):
+    """The limits in force for running code (the Limits specification's ToolContext): the
+    tightest over the context and all its ancestors, read from Redis."""
+
+    deadline: datetime | None = None
+    """The effective deadline, if any."""
+    time_remaining_ms: float | None = None
+    """Milliseconds left before the deadline (Redis time), if any."""
+    cost_usd_remaining: float = 0.0
+    """USD left under the tightest cost ceiling (estimates in flight deducted)."""
+    tokens_remaining: dict[str, int] = Field(default_factory=dict)
+    """Tokens left per limited dimension (``total``, ``input``, ``output``,
+    ``openai.total``, ...), estimates in flight deducted."""

@@ -128,6 +128,7 @@ class Store:
             self.ks.reservations(path.root),
             self.ks.leases(path.root),
             self.ks.nodes(path.root, path.ctx_id),
+            self.ks.ledger(path.root),
             *self._level_keys(path),
         )
 
@@ -302,7 +303,8 @@ class Store:
         no stops; the stops still happen in Redis and are broadcast from there."""
         script = "settle" if outcome == "ok" else "release"
         args: list[Any] = [res_id, self.ks.abort_channel,
-                           json.dumps(node) if node else "", NODE_STREAM_CAP]
+                           json.dumps(node) if node else "", NODE_STREAM_CAP,
+                           self.ks.ledger_channel]
         if script == "release":
             args.append(outcome)
         op = _Op(script, list(self._finish_keys(path)), [*args, *amounts], inflight_id=res_id)
@@ -323,7 +325,8 @@ class Store:
         actual = [x for i in range(0, len(held), 2) if held[i] != "steps"
                   for x in held[i:i + 2]]
         op = _Op("settle", list(self._finish_keys(path)),
-                 [res_id, self.ks.abort_channel, json.dumps(node), NODE_STREAM_CAP, *actual])
+                 [res_id, self.ks.abort_channel, json.dumps(node), NODE_STREAM_CAP,
+                  self.ks.ledger_channel, *actual])
         with self._lock:
             self._pending.append(op)
 
@@ -338,6 +341,14 @@ class Store:
     def _queue_append(self, key: str, field_name: str, value: str) -> None:
         with self._lock:
             self._pending.append(_Op("xadd", [key], [field_name, value]))
+
+    def publish_ledger(self, path: Path, event_json: str) -> None:
+        """Append a ledger event to the tree's stream and publish it (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xadd(self.ks.ledger(path.root), {"e": event_json}, maxlen=EVENT_STREAM_CAP,
+                  approximate=True)
+        pipe.publish(self.ks.ledger_channel, event_json)
+        pipe.execute()
 
     def abort(self, path: Path, reason: str, detail: str) -> list[Any]:
         """Stop the context named by ``path`` (see abort.lua for the result)."""
@@ -354,7 +365,8 @@ class Store:
             self.ks.kids(path.root, path.ctx_id),
         ]
         if len(path.ids) == 1:
-            keys += [self.ks.reservations(path.root), self.ks.leases(path.root)]
+            keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
+                     self.ks.ledger(path.root)]
         self._run(_Op("close", keys, [retention_s]))
         pipe = self.client.pipeline(transaction=False)
         pipe.expire(self.ks.locator(path.ctx_id), retention_s)

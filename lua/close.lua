@@ -2,7 +2,7 @@
 --
 -- KEYS[1]     bc:{R}:ctx:<id>     hash    the context
 -- KEYS[2..]   its other keys to expire with it: bc:{R}:nodes:<id>, bc:{R}:events:<id>,
---             bc:{R}:kids:<id>; for a root also bc:{R}:res and bc:{R}:leases
+--             bc:{R}:kids:<id>; for a root also bc:{R}:res, bc:{R}:leases, bc:{R}:ledger
 -- ARGV[1]     retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way

@@ -43,13 +43,40 @@ local function stop_level(key, events_key, id, root, channel, reason, detail, no
   return true
 end
 
+local DIRECTIONS = {tin = 'input', tout = 'output', ttot = 'total'}
+
+-- Appends and publishes a TokenLedgerUpdated event if any token dimension was consumed.
+local function ledger_update(rec, dims, dused, caller_used, now, ledger_key, ledger_channel)
+  local delta, totals, any = {}, {}, false
+  for _, d in ipairs(dims) do
+    local slug, base = string.match(d, '^(.+)%.(t%a+)$')
+    if not slug then slug, base = '', d end
+    local direction = DIRECTIONS[base]
+    if direction and dused[d] > 0 then
+      any = true
+      delta[slug] = delta[slug] or {}
+      totals[slug] = totals[slug] or {}
+      delta[slug][direction] = dused[d]
+      totals[slug][direction] = caller_used[d]
+    end
+  end
+  if not any then return end
+  local event = cjson.encode({type = 'TokenLedgerUpdated', chain_id = rec.c, root = rec.p[1],
+                              delta = delta, totals = totals, ts = now})
+  redis.call('XADD', ledger_key, 'MAXLEN', '~', 10000, '*', 'e', event)
+  redis.call('PUBLISH', ledger_channel, event)
+end
+
 -- Finishes a reservation at every level of its path: drops the holds, adds the actual
 -- amounts (actual = flat {dim, amount, ...}), counts the step (ok) or the retry (error),
 -- then stops each level that reached a ceiling. One HMGET and one HSET per level.
 -- Returns {level, reason, detail, ...} of the levels this call stopped.
 -- KEYS[first + 2(i-1)] and the key after it are the context hash and the event stream
--- of rec.p[i].
-local function finish(rec, first, actual, step, retry, channel, now)
+-- of rec.p[i]. When tokens were consumed, a TokenLedgerUpdated event (this call's tokens
+-- and the calling context's new totals, by provider and direction) is appended to the
+-- tree's ledger stream and published on the ledger channel.
+local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
+                      ledger_channel)
   local dims, dheld, dused = {}, {}, {}
   local function touch(d)
     if dheld[d] == nil then
@@ -80,6 +107,7 @@ local function finish(rec, first, actual, step, retry, channel, now)
   end
   local stopped = {}
   local root = rec.p[1]
+  local caller_used = {}
   for lv = 1, #rec.p do
     local key, events_key = KEYS[first + 2 * (lv - 1)], KEYS[first + 2 * (lv - 1) + 1]
     local v = redis.call('HMGET', key, unpack(fields))
@@ -95,6 +123,7 @@ local function finish(rec, first, actual, step, retry, channel, now)
         used = used + dused[d]
         set[#set + 1] = 'u:' .. d
         set[#set + 1] = used
+        if lv == #rec.p then caller_used[d] = used end
         if hit == nil and limit and used >= limit then
           hit = {d, 'dimension ' .. d .. ' at ' .. used .. ' reached its limit ' .. limit}
         end
@@ -108,5 +137,6 @@ local function finish(rec, first, actual, step, retry, channel, now)
       stopped[#stopped + 1] = hit[2]
     end
   end
+  ledger_update(rec, dims, dused, caller_used, now, ledger_key, ledger_channel)
   return stopped
 end

@@ -103,3 +103,26 @@ def spend_and_exit(url: str, token: str) -> None:
     coord = _coord(url)
     ctx = ExecutionContext.attach(token, coordinator=coord)
     ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.07), WrapOptions(cost_estimate_hint=0.1))
+
+
+def token_agent(url: str, token: str, out: Any) -> None:
+    """A sub-agent that tries 500-token calls (300 in + max 200 out) until refused."""
+    from coordinator.errors import PromptEvaluationError
+
+    coord = _coord(url)
+    ctx = ExecutionContext.attach(token, coordinator=coord)
+    agent = ctx.spawn_child()
+    done = refused = 0
+    for _ in range(3):
+        try:
+            agent.evaluate(
+                lambda: report_usage(input_tokens=300, output_tokens=200, provider="openai"),
+                WrapOptions(provider="openai", input_tokens_estimate=300, max_output_tokens=200),
+            )
+            done += 1
+        except PromptEvaluationError as exc:
+            assert exc.phase == "token_budget", exc
+            refused += 1
+    agent.close()
+    coord.close()
+    out.put({"done": done, "refused": refused})

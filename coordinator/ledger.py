@@ -1,0 +1,88 @@
+"""TokenLedger: explicit token reservations on a context, for code that meters tokens
+outside a wrapped call (the Limits specification's ledger). It runs on the same scripts
+as wrapped calls: a reservation holds tokens at every level of the tree, ``consume``
+reconciles it with the actual usage, ``rollback`` drops it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .limits import actual_amounts, check_amount
+from .store import Held
+
+if TYPE_CHECKING:
+    from .context import ExecutionContext
+    from .models import TokenTotals
+
+
+@dataclass(frozen=True)
+class LedgerReservation:
+    """Tokens held before a call."""
+
+    reservation_id: str
+    input_tokens: int
+    output_tokens: int
+    provider: str | None
+    direction: Literal["input", "output", "both"]
+
+
+class TokenLedger:
+    """Token reservations and consumption of one context, rolled up its whole tree.
+
+    After each mutation a ``TokenLedgerUpdated`` event goes to the tree's ledger stream and
+    the ledger pub/sub channel (consumption is published by the settle script itself).
+    """
+
+    def __init__(self, ctx: ExecutionContext) -> None:
+        self._ctx = ctx
+
+    def reserve(self, *, input_tokens: int = 0, output_tokens: int = 0,
+                provider: str | None = None) -> LedgerReservation:
+        """Hold tokens at every level, or raise ``PromptEvaluationError`` (phase
+        ``token_budget``, ``deadline`` or ``halted``) when any allowance would be exceeded."""
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            check_amount(name, value)
+        rid = secrets.token_hex(16)
+        amounts = actual_amounts(0, input_tokens, output_tokens, provider)[2:]
+        ctx = self._ctx
+        res = ctx._store.reserve(ctx._path, rid, amounts)
+        if not isinstance(res, Held):
+            raise ctx._limit_error(res.reason, res.detail)
+        direction: Literal["input", "output", "both"] = (
+            "both" if input_tokens and output_tokens else "input" if input_tokens else "output")
+        reservation = LedgerReservation(rid, input_tokens, output_tokens, provider, direction)
+        self._publish("reserved", reservation)
+        return reservation
+
+    def consume(self, reservation: LedgerReservation, *, input_tokens: int = 0,
+                output_tokens: int = 0) -> None:
+        """Replace a reservation with the actual usage (idempotent)."""
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            check_amount(name, value)
+        ctx = self._ctx
+        ctx._finish_reservation(reservation.reservation_id, actual_amounts(
+            0, input_tokens, output_tokens, reservation.provider)[2:])
+
+    def rollback(self, reservation: LedgerReservation) -> None:
+        """Drop a reservation whose call failed (idempotent)."""
+        self._ctx._finish_reservation(reservation.reservation_id, [])
+        self._publish("rolled_back", reservation)
+
+    def totals(self) -> TokenTotals:
+        """Consumed and reserved tokens of the context, subtree included."""
+        return self._ctx.get_snapshot().tokens
+
+    def _publish(self, change: str, r: LedgerReservation) -> None:
+        ctx = self._ctx
+        event = json.dumps({
+            "type": "TokenLedgerUpdated", "chain_id": ctx.chain_id, "root": ctx.root_id,
+            "change": change, "direction": r.direction,
+            "reserved": {r.provider or "": {"input": r.input_tokens,
+                                             "output": r.output_tokens}},
+            "ts": int(time.time() * 1000),
+        })
+        ctx._store.publish_ledger(ctx._path, event)
