@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -234,3 +235,24 @@ def test_a_wrapped_call_reporting_tokens_is_charged_at_the_table_price(coord: ob
     override = (12_000 * 10) / 1e6
     assert snap.cost_usd_accumulated == pytest.approx(table + override)
     assert [n.cost_usd for n in snap.nodes] == pytest.approx([table, override])
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_snapshot_and_prices_from_it(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
+                    "--outdir", str(tmp_path / "dist"), str(ROOT)],
+                   check=True, capture_output=True, timeout=240)
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        assert "coordinator/price_table.json" in z.namelist()
+        z.extractall(tmp_path / "site")
+    # The unpacked wheel alone (not the checkout) prices from its own snapshot.
+    code = ("import coordinator.pricing as p; print(p.SNAPSHOT.parent.parent, "
+            "p.price_usd('openai/gpt-4o', 1_000_000, 0))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, text=True,
+                         capture_output=True, timeout=60,
+                         env={**{k: v for k, v in os.environ.items()
+                                 if k != pricing.ENV_TABLE},
+                              "PYTHONPATH": str(tmp_path / "site")})
+    where, price = out.stdout.split()
+    assert Path(where) == tmp_path / "site" and float(price) == 2.5
