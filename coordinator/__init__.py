@@ -9,13 +9,13 @@ from .context import (
     current_context,
     current_limits,
 )
+from .coordinator import Coordinator
 from .errors import (
     DeadlineExceededError,
     PromptEvaluationError,
     TokenBudgetExceededError,
 )
 from .ledger import LedgerReservation, TokenLedger
-from .coordinator import Coordinator
 from .models import (
     ActiveLimits,
     ChainMetadata,

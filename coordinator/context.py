@@ -31,17 +31,18 @@ from .errors import (
     PromptEvaluationError,
     TokenBudgetExceededError,
 )
+from .ledger import TokenLedger
 from .limits import (
     actual_amounts,
     held_amount,
     micro_to_usd,
     ms_to_datetime,
     open_triples,
+    remaining_tokens,
+    remaining_usd,
     reserve_amounts,
     token_limit_dims,
     token_limits,
-    remaining_tokens,
-    remaining_usd,
     token_totals,
     usd_to_micro,
 )
@@ -59,7 +60,6 @@ from .models import (
 )
 from .pipeline import ShieldPipeline, ToolCallContext
 from .policy import PolicyContext
-from .ledger import TokenLedger
 from .store import Held, Path
 from .usage import Usage, UsageCollector, reset_collector, set_collector, usage_from_response
 
@@ -69,7 +69,10 @@ HOOK = "ExecutionContext"
 TOKEN_TTL_S = 24 * 3600
 _NO_OPTIONS = WrapOptions()
 # Errors raised by tool code that mean "a limit stops me" (the Limits specification).
-_LIMIT_ERRORS = {DeadlineExceededError: "timeout", TokenBudgetExceededError: "token_budget_exceeded"}
+_LIMIT_ERRORS: dict[type[Exception], str] = {
+    DeadlineExceededError: "timeout",
+    TokenBudgetExceededError: "token_budget_exceeded",
+}
 _UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 _current_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
@@ -517,7 +520,7 @@ class ExecutionContext:
                 task = loop.create_task(_as_coroutine(fn))
             finally:
                 self._exit_call(call, vars_, detach=False)
-            unhook = call.token.on_cancel(lambda _r: loop.call_soon_threadsafe(task.cancel))
+            unhook = call.token.on_cancel(_canceller(loop, task))
             try:
                 result = await task
             except BaseException as exc:  # noqa: BLE001 - every outcome must settle
@@ -739,7 +742,7 @@ class ExecutionContext:
             node = self._node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
             self._finish(call, "skip", node, amounts, write_behind=True)
             return None
-        limit_error = _LIMIT_ERRORS.get(type(exc))
+        limit_error = next((r for t, r in _LIMIT_ERRORS.items() if isinstance(exc, t)), None)
         if limit_error is not None:
             # A tool gave up on a limit (Limits specification): no retry is counted.
             reason = limit_error
@@ -938,6 +941,14 @@ async def _as_coroutine(fn: Callable[[], Awaitable[Any]]) -> Any:
     return await fn()
 
 
+def _canceller(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
+               ) -> Callable[[str], None]:
+    """A token callback (run on any thread) that cancels ``task`` on its loop."""
+    def cancel(_reason: str) -> None:
+        loop.call_soon_threadsafe(task.cancel)
+    return cancel
+
+
 def _config_from_hash(h: dict[str, str]) -> ExecutionConfig:
     """The effective limits of a context, read back from its hash."""
     requested = json.loads(h.get("config") or "{}")
@@ -969,7 +980,7 @@ def _build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[st
         raise ContextNotFoundError(path.ctx_id)
     stopped_by = None
     reason = None
-    for cid, level in zip(reversed(path.ids), reversed(hashes)):
+    for cid, level in zip(reversed(path.ids), reversed(hashes), strict=True):
         if level.get("status") == "stopped":
             stopped_by, reason = cid, level.get("reason")
             break

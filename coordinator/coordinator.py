@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .keys import KeySpace, validate_tenant
-from .store import Path, Store
+from .store import Store
 from .tokens import TokenCodec, parse_keys
 
 if TYPE_CHECKING:

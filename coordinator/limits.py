@@ -5,7 +5,7 @@ a call reserves, and the reading of counters back into snapshot fields. No Redis
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -147,9 +147,10 @@ def _int(h: Mapping[str, str], field: str) -> int:
 
 def token_totals(h: Mapping[str, str]) -> TokenTotals:
     """Token counters of a context hash, with a breakdown per provider."""
-    providers = sorted({f[2:].rsplit(".", 1)[0] for f in h if f.startswith(("u:", "h:")) and "." in f})
+    providers = sorted({f[2:].rsplit(".", 1)[0] for f in h
+                        if f.startswith(("u:", "h:")) and "." in f})
 
-    def totals(prefix: str) -> dict[str, int]:
+    def totals(prefix: str) -> dict[str, Any]:
         return {
             "input": _int(h, f"u:{prefix}tin"),
             "output": _int(h, f"u:{prefix}tout"),
@@ -177,7 +178,7 @@ def token_limits(h: Mapping[str, str]) -> dict[str, int]:
     return out
 
 
-def remaining_tokens(hashes: list[Mapping[str, str]]) -> dict[str, int]:
+def remaining_tokens(hashes: Sequence[Mapping[str, str]]) -> dict[str, int]:
     """Remaining allowance per limited token dimension, the least over the given levels
     (a path's context hashes): limit - used - held."""
     out: dict[str, int] = {}
@@ -190,7 +191,7 @@ def remaining_tokens(hashes: list[Mapping[str, str]]) -> dict[str, int]:
     return out
 
 
-def remaining_usd(hashes: list[Mapping[str, str]]) -> float:
+def remaining_usd(hashes: Sequence[Mapping[str, str]]) -> float:
     """USD left under the tightest cost ceiling of a path."""
     left = [max(0, _int(h, "l:usd") - _int(h, "u:usd") - _int(h, "h:usd"))
             for h in hashes if "l:usd" in h]

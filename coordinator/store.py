@@ -204,7 +204,7 @@ class Store:
             self._requeue(pending)
             raise
         failed = []
-        for op, res in zip(pending, results):
+        for op, res in zip(pending, results[: len(pending)], strict=True):
             if isinstance(res, Exception):
                 op.attempts += 1
                 if op.attempts < 5:
@@ -271,7 +271,8 @@ class Store:
             pipe.zadd(self.ks.active_roots, {path.root: int(res[2])})
         pipe.execute()
         clamped = tuple(c for c in str(res[3]).split(",") if c)
-        limits = {d: int(v) for d, v in zip(("usd", "steps", "retries"), res[4:7]) if int(v) >= 0}
+        limits = {d: int(v) for d, v in zip(("usd", "steps", "retries"), res[4:7], strict=True)
+                  if int(v) >= 0}
         return Opened(int(res[1]), int(res[2]), clamped, limits)
 
     def reserve(self, path: Path, res_id: str, amounts: Sequence[str | int]) -> Held | Refused:
