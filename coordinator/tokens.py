@@ -16,6 +16,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ MAX_TOKEN_BYTES = 4096
 CLOCK_SKEW_S = 60
 MIN_SECRET_BYTES = 16
 _SIG_BYTES = hashlib.sha256().digest_size
-_B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    if not text or any(c not in _B64_ALPHABET for c in text):
+    if not _B64URL.fullmatch(text):
         raise TokenMalformedError("not base64url")
     try:
         data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
@@ -131,7 +132,7 @@ class TokenCodec:
             [VERSION, self._signing_kid, root, path[-1], list(path), tenant, issued,
              issued + max(1, ttl_s)]
         )
-        sig = hmac.new(self._keys[self._signing_kid], payload, hashlib.sha256).digest()
+        sig = hmac.digest(self._keys[self._signing_kid], payload, "sha256")
         token = f"{_b64(payload)}.{_b64(sig)}"
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenTooLargeError(len(token), MAX_TOKEN_BYTES)
@@ -170,7 +171,7 @@ class TokenCodec:
         _, kid, root, ctx, path, ten, issued, expires = fields
         if not isinstance(kid, str) or kid not in self._keys:
             raise UnknownKeyError(f"unknown key id {_short(kid)}")
-        want = hmac.new(self._keys[kid], payload, hashlib.sha256).digest()
+        want = hmac.digest(self._keys[kid], payload, "sha256")
         if not hmac.compare_digest(want, sig):
             raise TokenSignatureError("signature mismatch")
         ids = _check_claims(root, ctx, path, ten, issued, expires)
