@@ -22,22 +22,23 @@
 
 local now = now_ms()
 local window = tonumber(ARGV[2])
-local usd = tonumber(redis.call('GET', KEYS[2]) or '0')
+local stored = redis.call('GET', KEYS[2])
+local usd = tonumber(stored or '0')
 
 local function save()
-  redis.call('SET', KEYS[2], usd, 'PX', window)
   redis.call('PEXPIRE', KEYS[1], window)
+  -- A call-count window never holds money: it keeps no USD key.
+  if stored or usd ~= 0 then redis.call('SET', KEYS[2], usd, 'PX', window) end
 end
 
--- Drop the entries that left the window and their money.
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if #old > 0 then
-  for _, m in ipairs(old) do
-    usd = usd - tonumber(string.match(m, '|(-?%d+)$'))
+-- Drop the entries that left the window, and their money (amounts are >= 0, so with no
+-- money in the window there is none to subtract).
+if usd > 0 then
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)) do
+    usd = usd - tonumber(string.match(m, '|(%d+)$'))
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-  save()
 end
+if redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window) > 0 then save() end
 
 local function retry_after()
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

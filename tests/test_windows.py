@@ -129,6 +129,20 @@ def test_usd_window_holds_estimates_and_charges_actuals(coord: Coordinator) -> N
     assert hook.admit(call(team="ops")).usd == pytest.approx(0.09)
 
 
+def test_money_leaves_the_window_with_its_calls(coord: Coordinator) -> None:
+    hook = BudgetWindowHook(scope="team", max_usd=0.10, window_s=0.3, coordinator=coord)
+    first = call(team="ml", estimate=0.05)
+    assert hook.before_llm_call(first) is None
+    assert hook.before_charge(first, 0.09) == Decision.DEGRADE  # past 80% of $0.10
+    assert hook.admit(call(team="ml", estimate=0.02)).decision == Decision.HALT
+    calls_key, usd_key = hook.keys("ml")
+    assert 0 < coord.client.pttl(usd_key) <= 300
+    time.sleep(0.35)
+    later = hook.admit(call(team="ml", estimate=0.07))
+    assert later.decision == Decision.ALLOW and later.usd == pytest.approx(0.07)
+    assert later.calls == 1
+
+
 def test_scopes_count_separately_and_missing_values_share_one_bucket(
         coord: Coordinator) -> None:
     per_team = BudgetWindowHook(scope="team", max_calls=1, window_s=60, degrade_at=1.0,
@@ -167,7 +181,8 @@ def test_window_slides_and_its_keys_expire_when_idle(coord: Coordinator) -> None
     refused = hook.admit(call())
     assert refused.decision == Decision.HALT and 0 < refused.retry_after_ms <= 300
     keys = hook.keys("search")
-    assert all(0 < coord.client.pttl(k) <= 300 for k in keys)
+    assert 0 < coord.client.pttl(keys[0]) <= 300
+    assert coord.client.exists(keys[1]) == 0  # a call-count window keeps no USD key
     time.sleep(refused.retry_after_ms / 1000 + 0.05)
     assert hook.before_llm_call(call()) is None  # the first two left the window
     time.sleep(0.4)
