@@ -47,7 +47,7 @@ class ShieldScripts:
                 pipe.evalsha(self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args)
             out = pipe.execute(raise_on_error=False)
             missing = []
-            for i, res in zip(todo, out):
+            for i, res in zip(todo, out, strict=True):
                 if isinstance(res, redis.exceptions.NoScriptError) and attempt == 1:
                     missing.append(i)
                 elif isinstance(res, Exception):

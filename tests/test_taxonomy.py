@@ -21,7 +21,6 @@ from coordinator import (
     ExecutionContext,
     SafetyEvent,
     ShieldPipeline,
-    WrapOptions,
     current_context,
 )
 from coordinator.breaker import BreakerState, CircuitBreaker
