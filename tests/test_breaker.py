@@ -3,6 +3,7 @@ HALF_OPEN probe across the fleet; a dead probe holder does not wedge it."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import os
 import time
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from coordinator import Coordinator, PolicyContext
+from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, PolicyContext
 from coordinator.breaker import BreakerState, CircuitBreaker
 from coordinator.embedded import RedisServer
 from coordinator.errors import InvalidConfigError
@@ -215,3 +216,33 @@ def test_unreachable_redis_fails_closed() -> None:
     finally:
         coord.close()
         server.stop()
+
+
+def test_concurrent_async_calls_get_one_probe_and_its_success_closes_it(
+        coord: Coordinator) -> None:
+    breaker = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
+    assert breaker.check().allowed
+    breaker.record_failure()
+    _wait_for(lambda: breaker.state == BreakerState.HALF_OPEN)
+
+    async def three_calls(ctx: ExecutionContext) -> list[Decision]:
+        gate = asyncio.Event()
+
+        async def provider_call() -> str:
+            await gate.wait()  # the probe stays in flight while the others are refused
+            return "ok"
+
+        tasks = [asyncio.create_task(ctx.awrap_llm_call(provider_call)) for _ in range(3)]
+        while sum(t.done() for t in tasks) < 2:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED, timeout=5)
+        gate.set()
+        return list(await asyncio.gather(*tasks))
+
+    with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=10,
+                                          max_retries_total=3),
+                          circuit_breaker=breaker) as ctx:
+        got = asyncio.run(three_calls(ctx))
+        assert sorted(got) == [Decision.ALLOW, Decision.HALT, Decision.HALT]
+        assert breaker.state == BreakerState.CLOSED
+        assert len([e for e in ctx.get_snapshot().events
+                    if e.event_type == "circuit_open"]) == 2
