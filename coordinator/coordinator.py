@@ -244,7 +244,8 @@ class Coordinator:
     def _listen(self) -> None:
         backoff = 0.1
         while not self._closed:
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.client.pubsub(  # type: ignore[no-untyped-call]
+                ignore_subscribe_messages=True)
             try:
                 pubsub.subscribe(self.keyspace.abort_channel)
                 self._resync()

@@ -27,9 +27,8 @@ class _Frozen(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise InvalidConfigError(
-                type(self).__name__, exc.errors(include_url=False, include_context=False)
-            ) from None
+            problems = [dict(e) for e in exc.errors(include_url=False, include_context=False)]
+            raise InvalidConfigError(type(self).__name__, problems) from None
 
 
 class Decision(str, Enum):

@@ -16,6 +16,7 @@ import redis
 from .keys import KeySpace
 from .scripts import Scripts
 
+_pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:
     from hiredis import pack_command as _pack_command
 except ImportError:  # pure-Python parser: let redis-py pack
@@ -29,7 +30,7 @@ def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
     """RESP bytes of several commands, for Connection.send_packed_command."""
     if _pack_command is not None:
         return [b"".join(_pack_command(c) for c in commands)]
-    return list(redis.Connection().pack_commands(commands))
+    return list(redis.Connection().pack_commands(commands))  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ class Store:
             return self._send_raw(ops)
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
-            pipe.execute_command(*self._command(op))
+            pipe.execute_command(*self._command(op))  # type: ignore[no-untyped-call]
         reads(pipe)
         return list(pipe.execute(raise_on_error=False))
 
@@ -400,7 +401,7 @@ class Store:
         return str(root) if root is not None else None
 
     def read_hash(self, root: str, ctx_id: str) -> dict[str, str]:
-        return dict(self.client.hgetall(self.ks.ctx(root, ctx_id)))
+        return {str(k): str(v) for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()}
 
     def read_state(
         self, path: Path, *, nodes: bool = True, events: bool = True
@@ -429,7 +430,7 @@ class Store:
         return hashes, node_json, event_json, int(sec) * 1000 + int(usec) // 1000
 
     def children(self, root: str, ctx_id: str) -> list[str]:
-        return sorted(self.client.smembers(self.ks.kids(root, ctx_id)))
+        return sorted(str(k) for k in self.client.smembers(self.ks.kids(root, ctx_id)))
 
     def server_time_ms(self) -> int:
         sec, usec = self.client.time()
