@@ -7,6 +7,9 @@ import base64
 import hashlib
 import hmac
 import logging
+import shutil
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +31,7 @@ from coordinator.errors import (
     TokenVersionError,
     UnknownKeyError,
 )
+from coordinator.embedded import RedisServer, free_port
 from coordinator.tokens import MAX_TOKEN_BYTES, TokenCodec, parse_keys
 
 from .conftest import TEST_KEYS
@@ -320,3 +324,41 @@ def test_an_acl_user_in_the_url_works(redis_url: str) -> None:
     finally:
         admin.acl_deluser("budget-svc")
         admin.close()
+
+
+def test_rediss_tls_with_an_acl_user_works_through_the_url(tmp_path: Any) -> None:
+    """``rediss://user:password@host:port/db?ssl_ca_certs=...``: TLS and an ACL user with
+    nothing but the URL."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True)
+    tls_port = free_port()
+    args = ("--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file",
+            str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no")
+    with RedisServer(extra_args=args) as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.acl_setuser("budget-svc", enabled=True, passwords=["+svc-password-123"],
+                          keys=["bc:*"], channels=["bc:*"], commands=["+@all", "-@dangerous"])
+        admin.close()
+        url = (f"rediss://budget-svc:svc-password-123@127.0.0.1:{tls_port}/0"
+               f"?ssl_ca_certs={cert}")
+        c = Coordinator.from_url(url, token_keys=TEST_KEYS)
+        with ExecutionContext(CONFIG, coordinator=c) as ctx:
+            assert spend(ctx, 0.3) == Decision.ALLOW
+            joined = ExecutionContext.attach(ctx.token, c)
+            assert spend(joined, 0.2) == Decision.ALLOW
+            joined.close()
+            assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(0.5)
+        c.close()
+        c.client.close()
+        with socket.create_connection(("127.0.0.1", tls_port), timeout=5) as plain:
+            plain.sendall(b"PING\r\n")  # plain text is refused on the TLS port
+            try:
+                answer = plain.recv(16)
+            except ConnectionResetError:
+                answer = b""
+            assert not answer.startswith(b"+PONG")
