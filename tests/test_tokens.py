@@ -18,8 +18,16 @@ import msgpack
 import pytest
 import redis
 
-from coordinator import ChainMetadata, Coordinator, Decision, ExecutionConfig, ExecutionContext
-from coordinator import WrapOptions, report_usage
+from coordinator import (
+    ChainMetadata,
+    Coordinator,
+    Decision,
+    ExecutionConfig,
+    ExecutionContext,
+    WrapOptions,
+    report_usage,
+)
+from coordinator.embedded import RedisServer, free_port
 from coordinator.errors import (
     TenantMismatchError,
     TokenError,
@@ -31,7 +39,6 @@ from coordinator.errors import (
     TokenVersionError,
     UnknownKeyError,
 )
-from coordinator.embedded import RedisServer, free_port
 from coordinator.tokens import MAX_TOKEN_BYTES, TokenCodec, parse_keys
 
 from .conftest import TEST_KEYS
@@ -332,7 +339,8 @@ def test_rediss_tls_with_an_acl_user_works_through_the_url(tmp_path: Any) -> Non
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
                     "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
                    capture_output=True)

@@ -8,7 +8,6 @@ import random
 from collections import Counter
 from typing import Any
 
-import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, MutableMapping, Sequence
+from typing import Any
 
 import redis
 
@@ -119,7 +120,7 @@ class HostPolicy:
         return ("*" in self._hosts or host in self._hosts
                 or (port is not None and f"{host}:{port}" in self._hosts))
 
-    def apply(self, host: str, port: int | None, headers: MutableMapping[str, str]) -> None:
+    def apply(self, host: str, port: int | None, headers: MutableMapping[str, Any]) -> None:
         """Set the header from the current context, or strip it for a foreign host."""
         if not self.allows(host, port):
             headers.pop(HEADER, None)
