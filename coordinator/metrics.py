@@ -4,58 +4,80 @@
 ``output``), ``budget_cost_usd_total{provider}`` the USD charged where events carry it.
 Needs the ``metrics`` extra (``pip install budget-coordinator[metrics]``).
 
-An event is a dict::
+The settle script publishes one event per settled call::
 
-    {"type": "TokenLedgerUpdated", "chain_id": "...",
-     "delta":  {"openai": {"input": 120, "output": 30, "cost_usd": 0.0006}, "": {...}},
-     "totals": {...the same shape, consumed so far...}}
+    {"type": "TokenLedgerUpdated", "chain_id": "...", "root": "...", "ts": 1764107000000,
+     "delta":  {"": {"input": 120, "output": 30, "total": 150},
+                "openai": {"input": 120, "output": 30, "total": 150}},
+     "totals": {...the same shape, the context's consumption so far...}}
 
-``delta`` maps each provider slug (``""`` for usage without a provider) to what this
-update added; the counters add the deltas (``totals`` are for dashboards, not counted).
+In ``delta`` the ``""`` entry is the call's tokens over all providers and each slug its
+provider's part; a direction that did not move may be absent. The counters add each
+provider's part, and what the ``""`` entry has beyond the providers under
+``provider="none"``. Events without a ``delta`` (a ``TokenLedger`` reservation or
+rollback: nothing consumed) are not counted.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import threading
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from .errors import InvalidUsageError
 
+if TYPE_CHECKING:
+    from .coordinator import Coordinator
+
+log = logging.getLogger("coordinator.metrics")
+
 EVENT_TYPE = "TokenLedgerUpdated"
 NO_PROVIDER = "none"
-"""The ``provider`` label of usage that named no provider (the event's ``""`` key)."""
+"""The ``provider`` label of tokens that named no provider."""
+DIRECTIONS = ("input", "output")
 
 
-def _delta_rows(event: Mapping[str, Any]) -> list[tuple[str, int, int, float]]:
-    """(provider label, input, output, cost) per provider, all validated first, so that a
-    bad event counts nothing."""
+def _amounts(provider: Any, entry: Any) -> tuple[int, int, float]:
+    if not isinstance(provider, str) or not isinstance(entry, Mapping):
+        raise InvalidUsageError(
+            f"delta entries must map a provider slug to amounts; got {provider!r}: {entry!r}")
+    tokens = []
+    for direction in DIRECTIONS:
+        value = entry.get(direction, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidUsageError(f"delta[{provider!r}][{direction!r}] must be a "
+                                    f"non-negative integer; got {value!r}")
+        tokens.append(value)
+    cost = entry.get("cost_usd", 0.0)
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not (
+        math.isfinite(cost) and cost >= 0
+    ):
+        raise InvalidUsageError(
+            f"delta[{provider!r}]['cost_usd'] must be finite and >= 0; got {cost!r}")
+    return tokens[0], tokens[1], float(cost)
+
+
+def ledger_rows(event: Mapping[str, Any]) -> list[tuple[str, int, int, float]]:
+    """(provider label, input, output, USD) that one event adds, every entry validated
+    before anything is returned (so a bad event counts nothing)."""
     delta = event.get("delta")
     if not isinstance(delta, Mapping):
         raise InvalidUsageError(f"{EVENT_TYPE} event needs a 'delta' mapping; got {delta!r}")
-    rows: list[tuple[str, int, int, float]] = []
-    for provider, amounts in delta.items():
-        if not isinstance(provider, str) or not isinstance(amounts, Mapping):
+    parts = {provider: _amounts(provider, entry) for provider, entry in delta.items()}
+    rows = [(provider, *amounts) for provider, amounts in parts.items() if provider]
+    whole = parts.get("")
+    if whole is not None:
+        rest = tuple(whole[i] - sum(row[i + 1] for row in rows) for i in range(3))
+        if rest[0] < 0 or rest[1] < 0:
             raise InvalidUsageError(
-                f"delta entries must map a provider slug to amounts; got {provider!r}")
-        tokens = []
-        for direction in ("input", "output"):
-            value = amounts.get(direction, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidUsageError(
-                    f"delta[{provider!r}][{direction!r}] must be a non-negative integer; "
-                    f"got {value!r}")
-            tokens.append(value)
-        cost = amounts.get("cost_usd", 0.0)
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not (
-            math.isfinite(cost) and cost >= 0
-        ):
-            raise InvalidUsageError(
-                f"delta[{provider!r}]['cost_usd'] must be finite and >= 0; got {cost!r}")
-        rows.append((provider or NO_PROVIDER, tokens[0], tokens[1], float(cost)))
+                f"delta['']: {whole[:2]} is less than its providers' parts in {dict(delta)!r}")
+        rows.append((NO_PROVIDER, int(rest[0]), int(rest[1]), max(0.0, float(rest[2]))))
     return rows
 
 
@@ -71,12 +93,14 @@ class PrometheusLedgerObserver:
                             ["provider"], registry=registry)
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
-        """Count one event. Returns False for events of another type (ignored); raises
-        :class:`~coordinator.errors.InvalidUsageError` for a malformed ledger event,
-        counting nothing."""
+        """Count one event. Returns False for an event that consumed nothing (another
+        type, or a reservation); raises :class:`~coordinator.errors.InvalidUsageError`
+        for a malformed ledger event, counting nothing."""
         if not isinstance(event, Mapping) or event.get("type") != EVENT_TYPE:
             return False
-        for provider, tin, tout, cost in _delta_rows(event):
+        if "delta" not in event:
+            return False
+        for provider, tin, tout, cost in ledger_rows(event):
             if tin:
                 self.tokens.labels(provider=provider, direction="input").inc(tin)
             if tout:
@@ -103,3 +127,48 @@ def observe_ledger_update(event: Mapping[str, Any]) -> bool:
     """Count a ``TokenLedgerUpdated`` event on the default registry (see
     :meth:`PrometheusLedgerObserver.__call__`)."""
     return default_observer()(event)
+
+
+class LedgerSubscription:
+    """A background thread that feeds every ``TokenLedgerUpdated`` event published on a
+    coordinator's ledger channel (all trees of its tenant) to an observer."""
+
+    def __init__(self, coordinator: Coordinator,
+                 observer: Callable[[Mapping[str, Any]], object]) -> None:
+        self._observer = observer
+        self._pubsub = coordinator.client.pubsub(  # type: ignore[no-untyped-call]
+            ignore_subscribe_messages=True)
+        self._pubsub.subscribe(**{coordinator.keyspace.ledger_channel: self._on_message})
+        self._thread = self._pubsub.run_in_thread(sleep_time=0.5, daemon=True,
+                                                  exception_handler=self._on_error)
+
+    def _on_message(self, message: Mapping[str, Any]) -> None:
+        try:
+            event = json.loads(message["data"])
+            self._observer(event)
+        except Exception:  # a bad event or observer must not stop the subscription
+            log.exception("ledger event not observed: %r", message.get("data"))
+
+    @staticmethod
+    def _on_error(exc: BaseException, pubsub: Any, thread: Any) -> None:
+        # Pub/sub is at most once: a reconnect loses the events published meanwhile.
+        log.warning("ledger subscription: %s", exc)
+        time.sleep(0.5)  # Redis is down: retry calmly rather than spin
+
+    def close(self) -> None:
+        """Stop the thread and close its connection."""
+        self._thread.stop()
+        self._thread.join(timeout=5)
+        self._pubsub.close()
+
+
+def subscribe_ledger(coordinator: Coordinator,
+                     observer: Callable[[Mapping[str, Any]], object] | None = None
+                     ) -> LedgerSubscription:
+    """Feed the ledger events of every tree on ``coordinator`` to ``observer`` (default:
+    :func:`observe_ledger_update`) from a background thread, until ``close()``.
+
+    Pub/sub delivers each event at most once to every subscribed process: run one
+    subscription per metrics exporter, not one per worker, or each worker's exporter
+    counts every tree's tokens."""
+    return LedgerSubscription(coordinator, observer or observe_ledger_update)
