@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .cancellation import CancelledByContext
-from .context import current_cancellation_token
+from .context import _current_call, current_cancellation_token
 from .errors import InvalidUsageError, TokenBudgetExceededError
 from .usage import Usage, UsageMeter, count, current_collector, field, tokens_from_usage
 
@@ -141,6 +141,14 @@ class _Base:
         on_limit: OnLimit,
         count_tokens: Callable[[str], int] | None,
     ) -> None:
+        call = _current_call.get()
+        if call is not None:
+            # The wrap's reservation is the stream's worst case: stopping there means zero
+            # overshoot; its input estimate stands in until the provider states the input.
+            if max_output_tokens is None and call.options.max_output_tokens:
+                max_output_tokens = call.options.max_output_tokens
+            if input_tokens is None:
+                input_tokens = call.options.input_tokens_estimate
         for name, value in (("max_output_tokens", max_output_tokens),
                             ("input_tokens", input_tokens)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -347,13 +355,15 @@ def metered_stream(
     ``count_tokens``), so the call settles with it however the stream ends: exhausted,
     stopped here, or dropped by a consumer that broke out of its loop.
 
-    The stream stops, and the provider's stream is closed, as soon as its output reaches
-    ``max_output_tokens`` or what ``output_allowance()`` returns (re-read before every
-    chunk; None = no limit): the chunk that reached it is the last one handed on (at most
-    one chunk over). ``on_limit="raise"`` then raises
-    :class:`~coordinator.errors.TokenBudgetExceededError` instead of ending quietly
-    (``stop_reason`` says why it ended). When the wrapped call is cancelled (abort,
-    timeout), the stream is closed and ``CancelledByContext`` raised.
+    Inside a wrapped call, ``max_output_tokens`` and ``input_tokens`` default to the
+    call's ``WrapOptions.max_output_tokens`` (its reservation) and
+    ``input_tokens_estimate``. The stream stops, and the provider's stream is closed, as
+    soon as its output reaches ``max_output_tokens`` or what ``output_allowance()``
+    returns (re-read before every chunk, so keep it cheap; None = no limit): the chunk
+    that reached it is the last one handed on (at most one chunk over).
+    ``on_limit="raise"`` then raises :class:`~coordinator.errors.TokenBudgetExceededError`
+    instead of ending quietly (``stop_reason`` says why it ended). When the wrapped call
+    is cancelled (abort, timeout), the stream is closed and ``CancelledByContext`` raised.
 
     Outside a wrapped call the stream is only limited; its usage is on ``.usage``.
     """

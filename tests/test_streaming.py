@@ -263,6 +263,22 @@ def test_stream_stops_at_max_output_tokens_and_closes_the_provider_stream(
     assert (snap.tokens.input, snap.tokens.output) == (57, 10)
 
 
+def test_inside_a_wrap_the_call_reservation_is_the_default_limit(coord: object) -> None:
+    source = SdkStream(openai_chunks(WORDS))  # 100 tokens on offer, no usage stated early
+    streams: list[Any] = []
+    with ExecutionContext(CONFIG) as ctx:
+        def call() -> None:
+            streams.append(metered_stream(source))
+            consume(streams[0])
+
+        run(ctx, call, input_tokens_estimate=57, max_output_tokens=12)
+        run(ctx, lambda: consume(metered_stream(iter(openai_chunks(WORDS[:30])))),
+            input_tokens_estimate=57)  # no max_output_tokens: no limit
+        snap = ctx.get_snapshot()
+    assert streams[0].stop_reason == "max_output_tokens" and source.closed
+    assert [(n.input_tokens, n.output_tokens) for n in snap.nodes] == [(57, 12), (57, 30)]
+
+
 def test_overshoot_is_at_most_one_chunk() -> None:
     chunks = openai_chunks(["abcdefghijkl"] * 20, include_usage=False)  # 3 tokens a chunk
     stream = metered_stream(iter(chunks), max_output_tokens=10)
