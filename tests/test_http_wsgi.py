@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -14,9 +15,11 @@ import pytest
 import requests
 
 from coordinator import Coordinator, ExecutionContext, current_context
+from coordinator.embedded import free_port
 from coordinator.http import BudgetContextWSGIMiddleware
 from coordinator.http.requests_client import mount_budget_context
 
+from .conftest import TEST_KEYS
 from .test_http_fastapi import CALLER, SERVICE_CONFIG, _bad_tokens, settled, spend, wait_closed
 from .test_tokens import redis_state
 
@@ -47,16 +50,25 @@ class _Quiet(WSGIRequestHandler):
         """No access log on stderr."""
 
 
-@pytest.fixture
-def server(coord: Coordinator) -> Iterator[str]:
-    wrapped = BudgetContextWSGIMiddleware(app, coordinator=coord, config=SERVICE_CONFIG)
+@contextmanager
+def serve(coordinator: Coordinator) -> Iterator[str]:
+    """The app behind the middleware, under wsgiref in a thread; yields its URL."""
+    wrapped = BudgetContextWSGIMiddleware(app, coordinator=coordinator, config=SERVICE_CONFIG)
     httpd: WSGIServer = make_server("127.0.0.1", 0, wrapped, handler_class=_Quiet)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def server(coord: Coordinator) -> Iterator[str]:
+    with serve(coord) as url:
+        yield url
 
 
 @pytest.fixture
@@ -110,3 +122,14 @@ def test_a_bad_token_gets_its_status_and_changes_nothing(
         assert (r.status_code, r.json()["error"], r.json()["status"]) == (status, code, status)
         assert r.headers["Content-Type"] == "application/json"
         assert redis_state(coord.client) == before
+
+
+def test_redis_unreachable_while_attaching_is_a_503(coord: Coordinator) -> None:
+    with ExecutionContext(CALLER, coordinator=coord) as root:
+        token = root.token
+    dead = Coordinator.from_url(f"redis://127.0.0.1:{free_port()}/0", token_keys=TEST_KEYS)
+    with serve(dead) as url:
+        r = requests.post(f"{url}/spend", params={"usd": 0.1},
+                          headers={"budget-context": token})
+    assert (r.status_code, r.json()["error"]) == (503, "backend_unavailable")
+    dead.client.close()
