@@ -22,6 +22,9 @@ from .usage import Usage, UsageMeter, count, current_collector, field, tokens_fr
 OnLimit = Literal["stop", "raise"]
 # Responses API delta events that carry generated text (audio deltas are base64, not text).
 _TEXT_DELTAS = ("text.delta", "refusal.delta", "arguments.delta")
+# Where each Anthropic content delta carries its text (signature deltas carry none).
+_ANTHROPIC_DELTA_TEXT = {"text_delta": "text", "input_json_delta": "partial_json",
+                         "thinking_delta": "thinking"}
 _RESPONSE_DONE = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -56,7 +59,8 @@ class _Meter:
             self._anthropic(field(chunk, "usage"))
         elif kind == "content_block_delta":
             delta = field(chunk, "delta")
-            for name in ("text", "partial_json", "thinking"):
+            name = _ANTHROPIC_DELTA_TEXT.get(field(delta, "type"))
+            if name is not None:
                 self._text(field(delta, name))
         elif isinstance(kind, str) and kind in _RESPONSE_DONE:
             response = field(chunk, "response")

@@ -7,7 +7,7 @@ import math
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidCostError, InvalidUsageError
@@ -56,9 +56,10 @@ class UsageMeter:
         self._collector = collector
 
     def set(self, usage: Usage) -> None:
-        """Replace this meter's contribution with ``usage``."""
+        """Replace this meter's contribution with ``usage`` (which it keeps: pass a
+        fresh object each time)."""
         with self._collector._lock:
-            self._collector._meters[self] = replace(usage)
+            self._collector._meters[self] = usage
 
 
 class UsageCollector:
@@ -155,6 +156,8 @@ def report_usage(
 
 def field(obj: Any, name: str) -> Any:
     """``obj[name]`` for a mapping, ``obj.name`` for an SDK object (None if absent)."""
+    if type(obj) is dict:  # the common case, without the slower ABC check (per chunk)
+        return obj.get(name)
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)

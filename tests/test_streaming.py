@@ -450,3 +450,24 @@ def test_custom_token_counter_and_bad_arguments() -> None:
     for bad in ({"max_output_tokens": -1}, {"input_tokens": 1.5}, {"on_limit": "explode"}):
         with pytest.raises(InvalidUsageError):
             metered_stream(iter([]), **bad)
+
+
+def test_tool_call_arguments_and_thinking_count_as_output() -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
+    anthropic = [adapter.validate_python(e) for e in (
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "thinking_delta", "thinking": "Let me think"}},  # 3 tokens
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "signature_delta", "signature": "EqQBCgIYAhIM" * 10}},  # none
+        {"type": "content_block_delta", "index": 1,
+         "delta": {"type": "input_json_delta", "partial_json": '{"city": "Paris"}'}},  # 5
+    )]
+    stream = metered_stream(iter(anthropic))
+    assert len(list(stream)) == 3 and stream.usage.output_tokens == 3 + 5
+    openai = [{"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {
+        "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":'}}]}}]},
+        {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {
+            "tool_calls": [{"index": 0, "function": {"arguments": ' "Paris"}'}}]}}]}]
+    stream = metered_stream(iter(openai))
+    assert len(list(stream)) == 2 and stream.usage.output_tokens == 2 + 3
