@@ -23,6 +23,7 @@ from starlette.routing import Route
 from coordinator import Coordinator, ExecutionContext, current_context
 from coordinator.embedded import free_port
 from coordinator.http import BudgetContextMiddleware
+from coordinator.http.common import HostPolicy
 from coordinator.http.httpx_client import async_budget_event_hooks, budget_event_hooks
 from coordinator.http.requests_client import mount_budget_context
 
@@ -141,3 +142,12 @@ def test_requests_sends_the_context_to_named_hosts_only(
 def test_hosts_must_be_named() -> None:
     with pytest.raises(ValueError):
         budget_event_hooks(hosts=[])
+
+
+def test_host_entries_match_names_and_effective_ports() -> None:
+    policy = HostPolicy(["svc.internal:443", "Other.Internal"])
+    assert policy.allows("https", "SVC.internal", None)  # 443 is https's default
+    assert not policy.allows("http", "svc.internal", None)
+    assert not policy.allows("https", "svc.internal", 8443)
+    assert policy.allows("http", "other.internal", 8080)
+    assert not policy.allows("https", "svc.internal.evil.example", None)

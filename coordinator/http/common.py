@@ -15,7 +15,6 @@ from ..context import ExecutionContext, current_context
 from ..coordinator import Coordinator
 from ..errors import (
     BackendUnavailableError,
-    BudgetCoordinatorError,
     ContextNotFoundError,
     TokenError,
     TokenMalformedError,
@@ -29,6 +28,7 @@ HEADER = "budget-context"
 """The HTTP header that carries a context token (see docs/http.md for its format)."""
 
 _UNREACHABLE = (redis.RedisError, OSError)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class RequestRefused(Exception):
@@ -56,7 +56,10 @@ def _refusal(exc: BaseException) -> RequestRefused:
     elif isinstance(exc, ContextNotFoundError):
         status = 404
     else:
-        status = 503
+        # Redis host names and errors are for the logs, not for the caller.
+        log.warning("refusing a request: %s", exc)
+        return RequestRefused(503, {"error": error_code(exc), "status": 503,
+                                    "detail": "the budget store is unreachable; retry later"})
     return RequestRefused(status, {"error": error_code(exc), "detail": str(exc),
                                    "status": status})
 
@@ -100,7 +103,7 @@ def finish(ctx: ExecutionContext) -> None:
     opened for the request is closed in Redis."""
     try:
         ctx.close()
-    except BudgetCoordinatorError as exc:
+    except _UNREACHABLE as exc:
         log.warning("closing the request's context %s: %s", ctx.chain_id, exc)
 
 
@@ -115,14 +118,15 @@ class HostPolicy:
             raise ValueError("name the hosts that may receive the budget-context header "
                              "(or '*' for every host)")
 
-    def allows(self, host: str, port: int | None) -> bool:
+    def allows(self, scheme: str, host: str, port: int | None) -> bool:
         host = host.lower()
-        return ("*" in self._hosts or host in self._hosts
-                or (port is not None and f"{host}:{port}" in self._hosts))
+        port = port or _DEFAULT_PORTS.get(scheme.lower())
+        return "*" in self._hosts or host in self._hosts or f"{host}:{port}" in self._hosts
 
-    def apply(self, host: str, port: int | None, headers: MutableMapping[str, Any]) -> None:
+    def apply(self, scheme: str, host: str, port: int | None,
+              headers: MutableMapping[str, Any]) -> None:
         """Set the header from the current context, or strip it for a foreign host."""
-        if not self.allows(host, port):
+        if not self.allows(scheme, host, port):
             headers.pop(HEADER, None)
             return
         ctx = current_context()

@@ -19,7 +19,8 @@ def budget_event_hooks(*, hosts: Iterable[str]) -> dict[str, list[Callable[[Any]
     policy = HostPolicy(hosts)
 
     def add_context(request: Any) -> None:
-        policy.apply(request.url.host, request.url.port, request.headers)
+        policy.apply(request.url.scheme, request.url.host, request.url.port,
+                     request.headers)
 
     return {"request": [add_context]}
 
@@ -31,6 +32,7 @@ def async_budget_event_hooks(
     policy = HostPolicy(hosts)
 
     async def add_context(request: Any) -> None:
-        policy.apply(request.url.host, request.url.port, request.headers)
+        policy.apply(request.url.scheme, request.url.host, request.url.port,
+                     request.headers)
 
     return {"request": [add_context]}

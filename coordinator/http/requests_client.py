@@ -24,7 +24,7 @@ class BudgetContextAdapter(HTTPAdapter):
 
     def add_headers(self, request: requests.PreparedRequest, **kwargs: Any) -> None:
         url = urlsplit(request.url or "")
-        self._policy.apply(url.hostname or "", url.port, request.headers)
+        self._policy.apply(url.scheme, url.hostname or "", url.port, request.headers)
 
 
 def mount_budget_context(session: requests.Session, *, hosts: Iterable[str]
