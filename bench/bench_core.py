@@ -1,14 +1,15 @@
 """Per-call overhead of a wrapped call, in raw Redis round trips.
 
 Everything is measured in one process against one loopback redis-server started here,
-interleaved round by round so that machine drift hits every variant alike:
+interleaved call by call (raw, depth1, depth8, tokens, raw, ...) so that machine drift and
+load from other processes hit every variant alike; figures are per-call medians:
 
   raw      one EVALSHA of a trivial script (redis-py, hiredis): the unit
   depth1   wrap_llm_call of a no-op in a root context
   depth8   the same at the bottom of an 8-level tree (reserve checks all 8 levels)
   tokens   depth 1 with a TokenBudget with two provider shares and a token estimate
 
-Run: .venv/bin/python bench/bench_core.py [--calls 2000] [--rounds 7]
+Run: .venv/bin/python bench/bench_core.py [--calls 5000]
 """
 
 from __future__ import annotations
@@ -30,17 +31,21 @@ from coordinator import (
 from coordinator.embedded import RedisServer
 
 
-def per_call_us(fn: Callable[[], object], n: int) -> float:
-    start = time.perf_counter()
+def sample_us(variants: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:
+    """n timings of each variant, interleaved call by call."""
+    out: dict[str, list[float]] = {k: [] for k in variants}
+    clock = time.perf_counter
     for _ in range(n):
-        fn()
-    return (time.perf_counter() - start) / n * 1e6
+        for name, fn in variants.items():
+            start = clock()
+            fn()
+            out[name].append((clock() - start) * 1e6)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=5000)
     args = ap.parse_args()
 
     with RedisServer() as server:
@@ -65,18 +70,14 @@ def main() -> None:
             "depth8": lambda: deep.wrap_llm_call(_noop),
             "tokens": lambda: tok_root.wrap_llm_call(_noop, tok_opts),
         }
-        for fn in variants.values():  # warm up
-            per_call_us(fn, 200)
-        samples: dict[str, list[float]] = {k: [] for k in variants}
-        for _ in range(args.rounds):
-            for name, fn in variants.items():
-                samples[name].append(per_call_us(fn, args.calls))
+        sample_us(variants, 300)  # warm up
+        samples = sample_us(variants, args.calls)
         med = {k: statistics.median(v) for k, v in samples.items()}
         coord.close()
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, redis-server on loopback; "
-          f"{args.rounds} rounds x {args.calls} calls, medians")
+          f"{args.calls} interleaved calls of each, per-call medians")
     for name, us in med.items():
         print(f"  {name:7s} {us:8.1f} us/call   {us / med['raw']:5.2f} round trips")
     print(f"  depth8 / depth1 = {med['depth8'] / med['depth1']:.2f}   (target <= 1.2)")

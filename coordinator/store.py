@@ -90,6 +90,22 @@ class Stop:
     detail: str
 
 
+def _read_reply(conn: Any) -> Any:
+    try:
+        return conn.read_response()
+    except redis.ResponseError as exc:
+        return exc
+
+
+class _Wire:
+    """One thread's own connection, with the ops sent on it whose replies are unread."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.unacked: list[_Op] = []
+
+
 @dataclass
 class _Op:
     """One queued write: a script call or a stream append."""
@@ -113,6 +129,8 @@ class Store:
         self._lock = threading.Lock()
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
         self._local = threading.local()
+        self._wires: list[_Wire] = []
+        self._wires_pid = os.getpid()
         self._level_keys = functools.lru_cache(maxsize=4096)(self._compute_level_keys)
         self._finish_keys = functools.lru_cache(maxsize=4096)(self._compute_finish_keys)
 
@@ -171,42 +189,61 @@ class Store:
 
     def _send_raw(self, ops: Sequence[_Op]) -> list[Any]:
         """The hot path: the commands packed into one write on this thread's own
-        connection, the replies read in order. (redis-py's Pipeline and pool bookkeeping
-        cost more than the round trip itself at this size.)"""
-        conn = self._thread_connection()
-        try:
-            conn.send_packed_command(_pack([self._command(op) for op in ops]))
-            out: list[Any] = []
-            for _ in ops:
+        connection, the replies read in order. Replies still owed to earlier write-behind
+        sends on that connection are read first and acknowledged. (redis-py's Pipeline and
+        pool bookkeeping cost more than the round trip itself at this size.)"""
+        wire = self._wire()
+        with wire.lock:
+            earlier, wire.unacked = wire.unacked, []
+            try:
+                wire.conn.send_packed_command(_pack([self._command(op) for op in ops]))
+                acks = [_read_reply(wire.conn) for _ in earlier]
+                out = [_read_reply(wire.conn) for _ in ops]
+            except BaseException:
+                wire.conn.disconnect()  # a half-read connection must not be reused as is
+                self._requeue(earlier)  # they may or may not have run: all idempotent
+                raise
+        self._acknowledge(earlier, acks)
+        return out
+
+    def _send_behind(self, op: _Op) -> None:
+        """Write-behind: send ``op`` now on this thread's connection and read its reply
+        later (with the thread's next round trip, or the flusher's drain). Redis runs it
+        while the caller goes on."""
+        wire = self._wire()
+        with wire.lock:
+            try:
+                wire.conn.send_packed_command(_pack([self._command(op)]))
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                wire.conn.disconnect()
+                owed, wire.unacked = wire.unacked, []
+                self._requeue([*owed, op])
+                return
+            wire.unacked.append(op)
+
+    def _drain(self, wires: Sequence[_Wire]) -> None:
+        """Read the replies owed on ``wires`` and acknowledge them."""
+        for wire in wires:
+            if not wire.unacked:
+                continue
+            with wire.lock:
+                owed, wire.unacked = wire.unacked, []
                 try:
-                    out.append(conn.read_response())
-                except redis.ResponseError as exc:
-                    out.append(exc)
-            return out
-        except BaseException:
-            conn.disconnect()  # a half-read connection must not be reused as is
-            raise
+                    acks = [_read_reply(wire.conn) for _ in owed]
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    wire.conn.disconnect()
+                    self._requeue(owed)
+                    continue
+            self._acknowledge(owed, acks)
 
-    def _thread_connection(self) -> Any:
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():
-            local.conn = self.client.connection_pool.make_connection()
-            local.pid = os.getpid()
-        return local.conn
-
-    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
-                    ) -> list[Any]:
-        """Run every queued write, then ``ops``, then ``reads``, in one round trip.
-        Returns the results after the queued writes'."""
-        pending = self._take_pending()
-        try:
-            results = self._execute([*pending, *ops], reads)
-        except redis.RedisError:
-            self._requeue(pending)
-            raise
+    def _acknowledge(self, ops: Sequence[_Op], replies: Sequence[Any]) -> None:
+        """Settle the bookkeeping of sent ops; failed ones go back to the queue (after a
+        script reload if the server lost its scripts), up to 5 attempts."""
         failed = []
-        for op, res in zip(pending, results[: len(pending)], strict=True):
+        for op, res in zip(ops, replies, strict=True):
             if isinstance(res, Exception):
+                if isinstance(res, redis.exceptions.NoScriptError):
+                    self.scripts.load()
                 op.attempts += 1
                 if op.attempts < 5:
                     failed.append(op)
@@ -214,6 +251,33 @@ class Store:
                 self._inflight.pop(op.inflight_id, None)
         if failed:
             self._requeue(failed)
+
+    def _wire(self) -> _Wire:
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.wire = _Wire(self.client.connection_pool.make_connection())
+            local.pid = os.getpid()
+            with self._lock:
+                if self._wires_pid != os.getpid():  # forked: the parent's are not ours
+                    self._wires, self._wires_pid = [], os.getpid()
+                self._wires.append(local.wire)
+        wire: _Wire = local.wire
+        return wire
+
+    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
+                    ) -> list[Any]:
+        """Run every queued write, then ``ops``, then ``reads``, in one round trip.
+        Returns the results after the queued writes'."""
+        if reads is not None:
+            # reads go over another connection: make this thread's writes land first
+            self._drain([self._wire()])
+        pending = self._take_pending()
+        try:
+            results = self._execute([*pending, *ops], reads)
+        except redis.RedisError:
+            self._requeue(pending)
+            raise
+        self._acknowledge(pending, results[: len(pending)])
         return results[len(pending):]
 
     def _run(self, op: _Op) -> Any:
@@ -228,15 +292,16 @@ class Store:
         return ops
 
     def _requeue(self, ops: list[_Op]) -> None:
-        with self._lock:
-            self._pending[:0] = ops
-
-    def has_pending(self) -> bool:
-        return bool(self._pending)
+        if ops:
+            with self._lock:
+                self._pending[:0] = ops
 
     def flush(self) -> None:
-        """Send every queued write now. Raises if Redis is unreachable; the writes stay
-        queued."""
+        """Make every write-behind op land: read the replies owed on every connection,
+        then send what is queued. Raises if Redis is unreachable; the writes stay queued."""
+        with self._lock:
+            wires = list(self._wires) if self._wires_pid == os.getpid() else []
+        self._drain(wires)
         if self._pending:
             self._round_trip([])
 
@@ -311,8 +376,7 @@ class Store:
             args.append(outcome)
         op = _Op(script, list(self._finish_keys(path)), [*args, *amounts], inflight_id=res_id)
         if write_behind:
-            with self._lock:
-                self._pending.append(op)
+            self._send_behind(op)
             return []
         res = self._run(op)
         self._inflight.pop(res_id, None)
