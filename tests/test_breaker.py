@@ -74,7 +74,7 @@ def take_probe_and_die(url: str, recovery_s: float) -> None:
 
 def test_four_processes_see_it_open_together_and_exactly_one_probe(redis_url: str) -> None:
     barrier, out = SPAWN.Barrier(4), SPAWN.Queue()
-    procs = [SPAWN.Process(target=fleet_worker, args=(redis_url, 2.0, barrier, out))
+    procs = [SPAWN.Process(target=fleet_worker, args=(redis_url, 3.0, barrier, out))
              for _ in range(4)]
     for p in procs:
         p.start()
@@ -97,12 +97,13 @@ def test_four_processes_see_it_open_together_and_exactly_one_probe(redis_url: st
 
 def test_dead_probe_holder_frees_the_probe_after_recovery_timeout(
         coord: Coordinator, redis_url: str) -> None:
-    b = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.5, coordinator=coord)
+    # the recovery timeout leaves room for a slow process start on a loaded machine
+    b = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=2.0, coordinator=coord)
     assert b.check().allowed
     b.record_failure()
     assert b.state == BreakerState.OPEN
     _wait_for(lambda: b.state == BreakerState.HALF_OPEN)
-    p = SPAWN.Process(target=take_probe_and_die, args=(redis_url, 0.5))
+    p = SPAWN.Process(target=take_probe_and_die, args=(redis_url, 2.0))
     p.start()
     p.join(60)
     assert p.exitcode == 0
@@ -115,8 +116,8 @@ def test_dead_probe_holder_frees_the_probe_after_recovery_timeout(
 
 
 def test_failed_probe_opens_it_again(coord: Coordinator) -> None:
-    b = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=0.3, coordinator=coord)
-    other = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=0.3,
+    b = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=1.0, coordinator=coord)
+    other = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=1.0,
                            coordinator=coord)
     for _ in range(2):
         assert b.check().allowed
@@ -220,7 +221,7 @@ def test_unreachable_redis_fails_closed() -> None:
 
 def test_concurrent_async_calls_get_one_probe_and_its_success_closes_it(
         coord: Coordinator) -> None:
-    breaker = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
+    breaker = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=1.0)
     assert breaker.check().allowed
     breaker.record_failure()
     _wait_for(lambda: breaker.state == BreakerState.HALF_OPEN)

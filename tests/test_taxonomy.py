@@ -49,7 +49,7 @@ def flaky_worker(url: str, opened: Any, go_probe: Any, probing: Any, go_close: A
     """Another worker process: its failures open the breaker, then it holds the probe
     until told to report its success."""
     coord = Coordinator.from_url(url)
-    b = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=0.5, coordinator=coord)
+    b = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=2.0, coordinator=coord)
     for _ in range(2):
         assert b.check().allowed
         b.record_failure()
@@ -70,7 +70,7 @@ def test_circuit_open_when_another_process_opened_it_or_holds_the_probe(
     opened, go_probe, probing, go_close, closed = flags
     worker = SPAWN.Process(target=flaky_worker, args=(redis_url, *flags))
     worker.start()
-    breaker = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=0.5)
+    breaker = CircuitBreaker(NAME, failure_threshold=2, recovery_timeout_s=2.0)
     ran = []
     with ExecutionContext(CONFIG, circuit_breaker=breaker) as ctx:
         assert opened.wait(60)
@@ -94,7 +94,7 @@ def test_circuit_open_when_another_process_opened_it_or_holds_the_probe(
 
 
 def test_probe_through_a_context_closes_or_reopens_the_breaker(coord: Coordinator) -> None:
-    breaker = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
+    breaker = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=1.0)
     with ExecutionContext(CONFIG, circuit_breaker=breaker) as ctx:
         def boom() -> None:
             raise ConnectionError("provider 503")

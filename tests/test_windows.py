@@ -130,14 +130,14 @@ def test_usd_window_holds_estimates_and_charges_actuals(coord: Coordinator) -> N
 
 
 def test_money_leaves_the_window_with_its_calls(coord: Coordinator) -> None:
-    hook = BudgetWindowHook(scope="team", max_usd=0.10, window_s=0.3, coordinator=coord)
+    hook = BudgetWindowHook(scope="team", max_usd=0.10, window_s=1.0, coordinator=coord)
     first = call(team="ml", estimate=0.05)
     assert hook.before_llm_call(first) is None
     assert hook.before_charge(first, 0.09) == Decision.DEGRADE  # past 80% of $0.10
     assert hook.admit(call(team="ml", estimate=0.02)).decision == Decision.HALT
     calls_key, usd_key = hook.keys("ml")
-    assert 0 < coord.client.pttl(usd_key) <= 300
-    time.sleep(0.35)
+    assert 0 < coord.client.pttl(usd_key) <= 1000
+    time.sleep(1.05)
     later = hook.admit(call(team="ml", estimate=0.07))
     assert later.decision == Decision.ALLOW and later.usd == pytest.approx(0.07)
     assert later.calls == 1
@@ -174,18 +174,18 @@ def test_only_the_configured_kinds_are_counted(coord: Coordinator) -> None:
 
 
 def test_window_slides_and_its_keys_expire_when_idle(coord: Coordinator) -> None:
-    hook = BudgetWindowHook(scope="service", max_calls=2, window_s=0.3, degrade_at=1.0,
+    hook = BudgetWindowHook(scope="service", max_calls=2, window_s=1.0, degrade_at=1.0,
                             coordinator=coord)
     assert hook.before_llm_call(call()) is None
     assert hook.before_llm_call(call()) is None
     refused = hook.admit(call())
-    assert refused.decision == Decision.HALT and 0 < refused.retry_after_ms <= 300
+    assert refused.decision == Decision.HALT and 0 < refused.retry_after_ms <= 1000
     keys = hook.keys("search")
-    assert 0 < coord.client.pttl(keys[0]) <= 300
+    assert 0 < coord.client.pttl(keys[0]) <= 1000
     assert coord.client.exists(keys[1]) == 0  # a call-count window keeps no USD key
     time.sleep(refused.retry_after_ms / 1000 + 0.05)
     assert hook.before_llm_call(call()) is None  # the first two left the window
-    time.sleep(0.4)
+    time.sleep(1.05)
     assert coord.client.exists(*keys) == 0
 
 
