@@ -28,6 +28,7 @@ app.conf.update(
     task_ignore_result=True,  # progress is read from the budget tree, not from results
     worker_enable_remote_control=False,  # no pidbox keys in a shared Redis
     worker_prefetch_multiplier=1,
+    task_acks_late=True,  # with long tasks, no message waits behind a busy worker
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )

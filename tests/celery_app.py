@@ -26,6 +26,8 @@ app.conf.update(
     result_serializer="json",
     accept_content=["json"],
     worker_prefetch_multiplier=1,
+    # long tasks: a worker holds no more messages than it has processes to run them
+    task_acks_late=True,
     broker_connection_retry_on_startup=True,
     result_expires=600,
 )

@@ -8,11 +8,13 @@ stopped, and is interrupted when the context is aborted or times out while it ru
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+import redis
 from celery._state import get_current_task
 
 from coordinator.cancellation import CancelledByContext
@@ -77,22 +79,40 @@ def contained(
             token = incoming_token(request)
             ctx = _open(coord, token, meta, max_cost_usd, max_steps, max_retries_total,
                         timeout_ms, token_budget)
-            with ctx:
-                _check_runnable(coord, ctx, name, task_id, check_above=token is not None)
-                armed: Armed | None = None
+            try:
+                # The body runs in a copy of the caller's contextvars with the context
+                # entered: nothing to reset afterwards, and the close (two round trips)
+                # runs after the result is sent, on the coordinator's timer thread.
+                return contextvars.copy_context().run(
+                    _run_body, fn, args, kwargs, coord, ctx, name, task_id,
+                    token is not None)
+            finally:
                 try:
-                    armed = Armed(ctx.cancellation_token)
-                    return fn(*args, **kwargs)
-                except CancelledByContext as exc:
-                    raise TaskStoppedError(name, task_id, exc.reason,
-                                           "interrupted while running") from None
-                finally:
-                    if armed is not None:
-                        armed.disarm()
+                    coord.store.flush()  # the body's spend is visible before its result
+                except redis.RedisError as exc:
+                    log.warning("flushing %s: %s (retried at close)", ctx.chain_id, exc)
+                coord.call_later(0, ctx.close)
 
         return cast(F, run)
 
     return decorate
+
+
+def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+              coord: Coordinator, ctx: ExecutionContext, name: str, task_id: str,
+              joined: bool) -> Any:
+    ctx.__enter__()  # current_context() is ctx inside the body
+    _check_runnable(coord, ctx, name, task_id, check_above=joined)
+    armed: Armed | None = None
+    try:
+        armed = Armed(ctx.cancellation_token)
+        return fn(*args, **kwargs)
+    except CancelledByContext as exc:
+        raise TaskStoppedError(name, task_id, exc.reason, "interrupted while running") \
+            from None
+    finally:
+        if armed is not None:
+            armed.disarm()
 
 
 def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,

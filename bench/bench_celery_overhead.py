@@ -1,0 +1,96 @@
+"""Round trip of a ``@contained`` no-op Celery task against a plain no-op task, measured
+side by side in one run (interleaved), on a Redis broker and result backend.
+
+    .venv/bin/python bench/bench_celery_overhead.py [rounds]
+
+Starts its own redis-server and one Celery worker (prefork, one process). Prints the p50
+and p90 round trip of each kind and the p50 ratio (target: at most 1.10).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+from celery import Celery
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from worker import contained, install  # noqa: E402
+
+app = Celery("bench_overhead")
+app.conf.update(
+    broker_url=os.environ.get("BC_BROKER_URL", "memory://"),
+    result_backend=os.environ.get("BC_BACKEND_URL") or None,
+    task_default_queue=os.environ.get("BC_QUEUE", "celery"),
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+)
+install(app)
+
+
+@app.task(name="bench.plain_noop")
+def plain_noop() -> None:
+    """Does nothing."""
+
+
+@app.task(name="bench.contained_noop")
+@contained(max_cost_usd=1.0, max_steps=10, max_retries_total=1)
+def contained_noop() -> None:
+    """Does nothing, inside an ExecutionContext."""
+
+
+def _p(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def main(rounds: int) -> None:
+    from coordinator import Coordinator, ExecutionConfig, ExecutionContext
+    from coordinator.embedded import RedisServer
+    from tests.celery_app_harness import TOKEN_KEYS, Workers
+
+    with RedisServer() as server:
+        base = f"redis://127.0.0.1:{server.port}"
+        env = {"BC_BROKER_URL": base + "/1", "BC_BACKEND_URL": base + "/2",
+               "BC_QUEUE": f"bench-{uuid.uuid4().hex[:8]}", "BUDGET_REDIS_URL": base + "/0",
+               "BUDGET_TOKEN_KEYS": TOKEN_KEYS, "PYTHONWARNINGS": "ignore"}
+        os.environ.update(env)
+        app.conf.update(broker_url=env["BC_BROKER_URL"], result_backend=env["BC_BACKEND_URL"],
+                        task_default_queue=env["BC_QUEUE"])
+        kid, _, secret = TOKEN_KEYS.partition(":")
+        coord = Coordinator.from_url(base + "/0", token_keys={kid: secret.encode()})
+        with Workers(app, "bench.bench_celery_overhead", env, count=1, concurrency=1):
+            kinds: dict[str, list[float]] = {"plain": [], "contained (root)": [],
+                                             "contained (child of a context)": []}
+            cfg = ExecutionConfig(max_cost_usd=100.0, max_steps=100_000,
+                                  max_retries_total=10)
+            parent = ExecutionContext(cfg, coordinator=coord)
+            for i in range(rounds + 20):  # the first 20 rounds warm up
+                for kind in kinds:
+                    t0 = time.perf_counter()
+                    if kind == "plain":
+                        plain_noop.apply_async().get(10)
+                    elif kind == "contained (root)":
+                        contained_noop.apply_async().get(10)
+                    else:  # what a send inside `with parent:` does, token made per send
+                        contained_noop.apply_async(
+                            headers={"budget_context": parent.token}).get(10)
+                    if i >= 20:
+                        kinds[kind].append((time.perf_counter() - t0) * 1000)
+            parent.close()
+        coord.close()
+    base_p50 = statistics.median(kinds["plain"])
+    print(f"Celery no-op task round trip, Redis broker+backend, 1 prefork worker process, "
+          f"{rounds} rounds interleaved")
+    for kind, values in kinds.items():
+        p50 = statistics.median(values)
+        print(f"  {kind:32s} p50 {p50:6.2f} ms  p90 {_p(values, 90):6.2f} ms  "
+              f"p50 ratio to plain {p50 / base_p50:.3f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)
