@@ -30,36 +30,40 @@ from .models import (
 )
 from .pipeline import ShieldPipeline, ToolCallContext
 from .policy import PolicyContext, PolicyDecision
-from .pricing import set_price
+from .pricing import model_price, set_price
+from .streaming import ametered_stream, metered_stream
 from .usage import report_usage
 
 __all__ = [
     "ActiveLimits",
-    "DeadlineExceededError",
-    "LedgerReservation",
-    "PromptEvaluationError",
-    "TokenBudgetExceededError",
-    "TokenLedger",
-    "current_limits",
     "CancellationToken",
     "CancelledByContext",
     "ChainMetadata",
     "ContextSnapshot",
     "Coordinator",
+    "DeadlineExceededError",
     "Decision",
     "ExecutionConfig",
     "ExecutionContext",
+    "LedgerReservation",
     "NodeRecord",
     "PolicyContext",
     "PolicyDecision",
+    "PromptEvaluationError",
     "SafetyEvent",
     "ShieldPipeline",
     "TokenBudget",
+    "TokenBudgetExceededError",
+    "TokenLedger",
     "TokenTotals",
     "ToolCallContext",
     "WrapOptions",
+    "ametered_stream",
     "current_cancellation_token",
     "current_context",
+    "current_limits",
+    "metered_stream",
+    "model_price",
     "report_usage",
     "set_price",
 ]

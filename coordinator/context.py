@@ -690,7 +690,11 @@ class ExecutionContext:
             if usage.has_tokens:
                 tin, tout = usage.input_tokens, usage.output_tokens
                 if cost is None:
-                    priced = pricing.price_usd(usage.model or call.options.model, tin, tout)
+                    priced = pricing.price_usd(
+                        usage.model or call.options.model, tin, tout,
+                        cache_read_input_tokens=usage.cache_read_input_tokens,
+                        cache_creation_input_tokens=usage.cache_creation_input_tokens,
+                        provider=usage.provider or call.options.provider)
                     cost = usd_to_micro(priced) if priced is not None else None
         if default_to_estimate:
             if cost is None:
