@@ -2,6 +2,7 @@
 they run. State lives in Redis; atomic Lua scripts reserve, settle and roll spend up to
 every ancestor."""
 
+from .breaker import BreakerState, CircuitBreaker
 from .cancellation import CancellationToken, CancelledByContext
 from .context import (
     ExecutionContext,
@@ -10,6 +11,7 @@ from .context import (
     current_limits,
 )
 from .coordinator import Coordinator
+from .egress import DenyListEgressHook
 from .errors import (
     DeadlineExceededError,
     PromptEvaluationError,
@@ -33,16 +35,21 @@ from .policy import PolicyContext, PolicyDecision
 from .pricing import model_price, set_price
 from .streaming import ametered_stream, metered_stream
 from .usage import report_usage
+from .windows import BudgetWindowHook
 
 __all__ = [
     "ActiveLimits",
+    "BreakerState",
+    "BudgetWindowHook",
     "CancellationToken",
     "CancelledByContext",
     "ChainMetadata",
+    "CircuitBreaker",
     "ContextSnapshot",
     "Coordinator",
     "DeadlineExceededError",
     "Decision",
+    "DenyListEgressHook",
     "ExecutionConfig",
     "ExecutionContext",
     "LedgerReservation",

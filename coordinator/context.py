@@ -578,7 +578,13 @@ class ExecutionContext:
         if res.expired:
             self._reap(res.expired)
         call = self._new_call(kind, opts, node_id, amounts)
-        refusal = self._consult_before(call)
+        try:
+            refusal = self._consult_before(call)
+        except BaseException:  # a hook failed: the call never runs, its hold goes
+            self._store.finish(self._path, node_id, outcome="skip",
+                               node=self._node(call, "error"), amounts=[], write_behind=True)
+            self._coord.schedule_flush()
+            raise
         if refusal is not None:
             self._store.finish(self._path, node_id, outcome="skip",
                                node=self._node(call, "halted"), amounts=[],
@@ -708,23 +714,30 @@ class ExecutionContext:
         usage = call.collector.usage or usage_from_response(result)
         cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=True)
         decision = Decision.ALLOW
-        if self.pipeline is not None and call.tool_ctx is not None:
-            decision = self.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
-            self._mirror_pipeline_events(self.pipeline)
-        if self.circuit_breaker is not None:
-            self.circuit_breaker.record_success()
-        if call.reserved:
-            amounts = actual_amounts(cost, tin, tout, provider)
-            within = all(int(amounts[i + 1]) <= held_amount(call.amounts, str(amounts[i]))
-                         for i in range(0, len(amounts), 2))
-            node = self._node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
-            self._finish(call, "ok", node, amounts, write_behind=within)
+        try:
+            if self.pipeline is not None and call.tool_ctx is not None:
+                decision = self.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+                self._mirror_pipeline_events(self.pipeline)
+            if self.circuit_breaker is not None:
+                self.circuit_breaker.record_success()
+        finally:  # the money is spent whatever a hook does
+            if call.reserved:
+                amounts = actual_amounts(cost, tin, tout, provider)
+                within = all(int(amounts[i + 1]) <= held_amount(call.amounts, str(amounts[i]))
+                             for i in range(0, len(amounts), 2))
+                node = self._node(call, "ok", cost_micro=cost, tin=tin, tout=tout,
+                                  usage=usage)
+                self._finish(call, "ok", node, amounts, write_behind=within)
         return _Outcome(decision, result)
 
     def _fail(self, call: _Call, exc: BaseException) -> _Outcome | None:
         """Settle a call that did not complete. Returns the outcome, or None to re-raise
         (interpreter exits, outer cancellations, bad usage reports)."""
         usage = call.collector.usage
+        if self.circuit_breaker is not None and (
+            isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
+        ):
+            self.circuit_breaker.release()  # not a provider failure: free a probe it held
         if isinstance(exc, CancelledByContext):
             reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
             # Work was in flight when it was cancelled: charge what it reported, else its
