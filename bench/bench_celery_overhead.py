@@ -14,7 +14,6 @@ import statistics
 import sys
 import time
 import uuid
-from typing import Any
 
 from celery import Celery
 

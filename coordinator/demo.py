@@ -18,7 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 import redis
 
@@ -65,7 +65,7 @@ def _redis(url: str | None, out: TextIO) -> Iterator[tuple[str, bool]]:
 
 
 @contextlib.contextmanager
-def _workers(env: dict[str, str], count: int, concurrency: int, log: TextIO
+def _workers(env: dict[str, str], count: int, concurrency: int, log: IO[str]
              ) -> Iterator[list[subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -147,7 +147,8 @@ def _watch(coord: Coordinator, root: ExecutionContext, expected: int, out: TextI
         ids = coord.store.children(root.root_id, root.chain_id)
         kids = [coord.store.read_hash(root.root_id, cid) for cid in ids]
         used, held, limit = (int(h.get(k) or 0) for k in ("u:usd", "h:usd", "l:usd"))
-        done = [cid for cid, k in zip(ids, kids) if k.get("status") in ("closed", "stopped")]
+        done = [cid for cid, k in zip(ids, kids, strict=True)
+                if k.get("status") in ("closed", "stopped")]
         progress.show(
             f"[{time.monotonic() - t0:5.1f}s] {_bar(used, limit)} ${used / 1e6:.4f} of "
             f"${limit / 1e6:.2f} (+${held / 1e6:.4f} reserved)  agents: "
@@ -228,7 +229,7 @@ def _forget_queue(url: str, queue: str) -> None:
     """Drop the broker keys of this demo's queue (Celery leaves its binding behind)."""
     client = redis.Redis.from_url(url)
     try:
-        client.delete(queue, f"_kombu.binding.{queue}")
+        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
     finally:
         client.close()
 

@@ -5,12 +5,13 @@ token counts and prices, no network). Workers load it with
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
 from typing import Any
 
-from celery import Celery  # type: ignore[import-untyped]
+from celery import Celery
 
 from worker import contained, current_context, install
 
@@ -58,7 +59,7 @@ def simulated_llm(model: str, input_tokens: int, max_output: int, latency_s: flo
     return "..." * 3
 
 
-@app.task(bind=True, name="budgetctl.demo.sub_agent")
+@app.task(bind=True, name="budgetctl.demo.sub_agent")  # type: ignore[untyped-decorator]
 @contained(max_cost_usd=0.12)
 def sub_agent(self: Any, role: str, calls: int, model: str, latency_s: float) -> int:
     """A sub-agent: up to ``calls`` LLM calls of a few thousand tokens each, until its
@@ -70,8 +71,8 @@ def sub_agent(self: Any, role: str, calls: int, model: str, latency_s: float) ->
         input_tokens = random.randint(2_500, 6_000) + 1_500 * i  # the transcript grows
         max_output = 1_200
         decision = ctx.wrap_llm_call(
-            lambda: simulated_llm(model, input_tokens, max_output,
-                                  latency_s * random.uniform(0.6, 1.4)),
+            functools.partial(simulated_llm, model, input_tokens, max_output,
+                              latency_s * random.uniform(0.6, 1.4)),
             WrapOptions(operation_name=f"{role} step {i + 1}", model=model,
                         cost_estimate_hint=price(model, input_tokens, max_output),
                         input_tokens_estimate=input_tokens, max_output_tokens=max_output),

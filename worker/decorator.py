@@ -18,8 +18,8 @@ import redis
 from celery._state import get_current_task
 
 from coordinator.cancellation import CancelledByContext
-from coordinator.coordinator import Coordinator
 from coordinator.context import ExecutionContext
+from coordinator.coordinator import Coordinator
 from coordinator.errors import ContextExistsError
 from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 
@@ -41,6 +41,7 @@ def contained(
     token_budget: TokenBudget | None = None,
     team: str = "",
     org_id: str = "",
+    interrupt: bool = True,
     coordinator: Coordinator | None = None,
 ) -> Callable[[F], F]:
     """Make a Celery task run in an ExecutionContext. Put it *under* the task decorator::
@@ -54,6 +55,10 @@ def contained(
     Called without one, it opens a root context, which needs ``max_cost_usd``,
     ``max_steps`` and ``max_retries_total`` (an ``InvalidConfigError`` fails the task
     otherwise). Inside the body ``current_context()`` is the context.
+
+    When the context is aborted or times out while the body runs, the body is
+    interrupted with :class:`TaskInterrupted` (``interrupt=False``: it is only told,
+    through ``current_cancellation_token()``, for bodies that stop cooperatively).
     """
     # validate what was given now, at import time, not when the first task runs
     ExecutionConfig(max_cost_usd=max_cost_usd or 1.0, max_steps=max_steps or 1,
@@ -85,7 +90,7 @@ def contained(
                 # runs after the result is sent, on the coordinator's timer thread.
                 return contextvars.copy_context().run(
                     _run_body, fn, args, kwargs, coord, ctx, name, task_id,
-                    token is not None)
+                    token is not None, interrupt)
             finally:
                 try:
                     coord.store.flush()  # the body's spend is visible before its result
@@ -100,12 +105,13 @@ def contained(
 
 def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
               coord: Coordinator, ctx: ExecutionContext, name: str, task_id: str,
-              joined: bool) -> Any:
+              joined: bool, interrupt: bool) -> Any:
     ctx.__enter__()  # current_context() is ctx inside the body
     _check_runnable(coord, ctx, name, task_id, check_above=joined)
     armed: Armed | None = None
     try:
-        armed = Armed(ctx.cancellation_token)
+        if interrupt:
+            armed = Armed(ctx.cancellation_token)
         return fn(*args, **kwargs)
     except CancelledByContext as exc:
         raise TaskStoppedError(name, task_id, exc.reason, "interrupted while running") \
