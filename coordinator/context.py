@@ -30,6 +30,7 @@ from .errors import (
     InvalidCostError,
     PromptEvaluationError,
     TokenBudgetExceededError,
+    TokenMalformedError,
 )
 from .ledger import TokenLedger
 from .limits import (
@@ -273,6 +274,10 @@ class ExecutionContext:
         h = coord.store.read_hash(path.root, path.ctx_id)
         if not h:
             raise ContextNotFoundError(path.ctx_id)
+        if h.get("path") != ",".join(path.ids):
+            # Defence in depth: a validly signed token whose ancestor path is not the one
+            # recorded at open (a leaked key, a buggy issuer) could dodge a level's limits.
+            raise TokenMalformedError("the token's ancestor path is not the context's")
         ctx = cls.__new__(cls)
         ctx._init_handle(coord, path, _config_from_hash(h),
                          ChainMetadata(**json.loads(h["meta"])), None, None,

@@ -130,6 +130,8 @@ class Store:
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
         self._local = threading.local()
         self._wires: list[_Wire] = []
+        self._batches_in_flight = 0
+        self._landed = threading.Condition()
         self._wires_pid = os.getpid()
         self._level_keys = functools.lru_cache(maxsize=4096)(self._compute_level_keys)
         self._finish_keys = functools.lru_cache(maxsize=4096)(self._compute_finish_keys)
@@ -272,11 +274,19 @@ class Store:
             # reads go over another connection: make this thread's writes land first
             self._drain([self._wire()])
         pending = self._take_pending()
+        if pending:
+            with self._landed:
+                self._batches_in_flight += 1
         try:
             results = self._execute([*pending, *ops], reads)
         except redis.RedisError:
             self._requeue(pending)
             raise
+        finally:
+            if pending:
+                with self._landed:
+                    self._batches_in_flight -= 1
+                    self._landed.notify_all()
         self._acknowledge(pending, results[: len(pending)])
         return results[len(pending):]
 
@@ -304,6 +314,8 @@ class Store:
         self._drain(wires)
         if self._pending:
             self._round_trip([])
+        with self._landed:  # queued writes another thread is sending right now
+            self._landed.wait_for(lambda: self._batches_in_flight == 0, timeout=10)
 
     # -- operations ----------------------------------------------------------------------
 

@@ -320,3 +320,16 @@ def test_closed_context_halts_its_subtree(coord: Coordinator) -> None:
     assert child.wrap_llm_call(lambda: None) == Decision.HALT
     assert child.get_snapshot().status == "closed"
     child.close()
+
+
+def test_a_signed_token_with_a_forged_path_is_refused(coord: Coordinator) -> None:
+    from coordinator.errors import TokenMalformedError
+
+    with ExecutionContext(config(max_cost_usd=0.1)) as root:
+        child = root.spawn_child()
+        # signed with the right key, but claiming the child hangs directly off... itself
+        forged = coord.codec.encode(root=root.chain_id, path=(root.chain_id, "x", child.chain_id),
+                                    tenant="", ttl_s=60, now=time.time())
+        with pytest.raises(TokenMalformedError):
+            ExecutionContext.attach(forged)
+        child.close()
