@@ -7,6 +7,7 @@ leave markers (started, ended, runs) that the tests read.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -149,3 +150,28 @@ def flaky(self: Any) -> str:
 def solo(self: Any) -> dict[str, Any]:
     """Sent without a context: opens a root of its own."""
     return {**_where(), "task_id": self.request.id}
+
+
+@app.task(bind=True)
+@contained(interrupt=False)
+def awaiting(self: Any, estimate: float) -> str:
+    """Awaits a wrapped coroutine call for a minute unless its context is stopped (the
+    core cancels it; no interrupt is forced into the event loop)."""
+    m = marks()
+    m.rpush("started", f"{self.request.id}:{os.getpid()}")
+
+    async def agent() -> None:
+        ctx = current_context()
+        assert ctx is not None
+        await ctx.awrap_llm_call(lambda: asyncio.sleep(60),
+                                 WrapOptions(operation_name="slow async call",
+                                             cost_estimate_hint=estimate))
+
+    try:
+        asyncio.run(agent())
+        token = current_cancellation_token()
+        assert token is not None
+        token.raise_if_cancelled()
+        return "finished"
+    finally:
+        m.rpush("ended", repr(time.time()))

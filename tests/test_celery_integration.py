@@ -89,7 +89,8 @@ def env_for(test_redis: RedisServer) -> Any:
     return make
 
 
-def _cluster(env: dict[str, str], concurrency: int) -> Iterator[Cluster]:
+def _cluster(env: dict[str, str], concurrency: int, pool: str = "prefork"
+             ) -> Iterator[Cluster]:
     install()
     app = Celery("bc_client", broker=env["BC_BROKER_URL"], backend=env["BC_BACKEND_URL"])
     app.conf.update(task_default_queue=env["BC_QUEUE"], result_expires=600,
@@ -97,7 +98,7 @@ def _cluster(env: dict[str, str], concurrency: int) -> Iterator[Cluster]:
     kid, _, secret = TOKEN_KEYS.partition(":")
     coord = Coordinator.from_url(env["BUDGET_REDIS_URL"], token_keys={kid: secret.encode()},
                                  lease_ms=1000)
-    workers = Workers(app, APP, env, count=2, pool="prefork", concurrency=concurrency)
+    workers = Workers(app, APP, env, count=2, pool=pool, concurrency=concurrency)
     workers.start()
     marks = redis.Redis.from_url(env["BC_MARK_URL"], decode_responses=True)
     try:
@@ -133,9 +134,15 @@ def wide_cluster(request: pytest.FixtureRequest, env_for: Any) -> Iterator[Clust
     yield from _cluster(env_for(request.param), concurrency=10)
 
 
+@pytest.fixture(scope="module")
+def threads_cluster(env_for: Any) -> Iterator[Cluster]:
+    """Two workers on the threads pool (3 threads each) on a Redis broker."""
+    yield from _cluster(env_for("redis"), concurrency=3, pool="threads")
+
+
 @pytest.fixture(autouse=True)
 def _clean_marks(request: pytest.FixtureRequest) -> None:
-    for name in ("cluster", "redis_cluster", "wide_cluster"):
+    for name in ("cluster", "redis_cluster", "wide_cluster", "threads_cluster"):
         if name in request.fixturenames:
             request.getfixturevalue(name).marks.flushdb()
 
@@ -275,6 +282,29 @@ def test_abort_ends_20_running_tasks_within_a_second(wide_cluster: Cluster) -> N
     # each interrupted call settles once, at its estimate (it may have been billed)
     assert ledger["open"] == 0 and ledger["held"] == 0
     assert ledger["used"] == 6 * 250_000
+
+
+def test_abort_stops_polling_looping_and_awaiting_tasks_on_the_threads_pool(
+        threads_cluster: Cluster) -> None:
+    cl = threads_cluster
+    with cl.root(cost=10.0) as root:
+        results = [cl.sig("busy", "poll"), cl.sig("busy", "poll"), cl.sig("busy", "loop"),
+                   cl.sig("busy", "loop"), cl.sig("awaiting", 0.10), cl.sig("awaiting", 0.10)]
+        handles = [s.apply_async() for s in results]
+        deadline = time.monotonic() + 60
+        while cl.marks.llen("started") < len(handles):
+            assert time.monotonic() < deadline, "the 6 tasks did not all start"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        t0 = time.time()
+        root.abort("stop the threads")
+        outcomes = _outcomes(handles)
+    ended = [float(x) for x in cl.marks.lrange("ended", 0, -1)]
+    assert len(ended) == 6 and max(ended) - t0 < 1.0
+    assert all(isinstance(o, TaskStoppedError) and o.reason == "aborted" for o in outcomes)
+    ledger = cl.ledger(root)
+    assert ledger["open"] == 0 and ledger["held"] == 0
+    assert ledger["used"] == 2 * 100_000  # the two cancelled async calls, once each
 
 
 @pytest.mark.slow
