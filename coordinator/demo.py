@@ -239,7 +239,7 @@ def run_demo(redis_url: str | None = None, out: TextIO = sys.stdout) -> int:
     secret = secrets.token_hex(24)
     queue = f"budgetctl-demo-{uuid.uuid4().hex[:8]}"
     with contextlib.ExitStack() as stack:
-        url, _ = stack.enter_context(_redis(redis_url, out))
+        url, embedded = stack.enter_context(_redis(redis_url, out))
         env = {"BUDGET_REDIS_URL": url, "BUDGET_TOKEN_KEYS": f"demo:{secret}",
                "BUDGET_DEMO_BROKER": url, "BUDGET_DEMO_QUEUE": queue}
         os.environ.update(env)  # the client side of coordinator.demo_tasks reads them
@@ -257,7 +257,7 @@ def run_demo(redis_url: str | None = None, out: TextIO = sys.stdout) -> int:
               f"their log: {log.name}", file=out)
         _scenario_ceiling(coord, sub_agent, out)
         _scenario_abort(coord, sub_agent, out)
-    print("\nDone: workers stopped" + ("" if redis_url else ", embedded Redis stopped if "
-                                        "one was started") + ".", file=out)
+    print("\nDone: workers stopped" + (", embedded Redis stopped." if embedded else
+                                        "; this demo's tree keys expire in a week."), file=out)
     os.unlink(log.name)
     return 0

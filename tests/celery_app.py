@@ -175,3 +175,20 @@ def awaiting(self: Any, estimate: float) -> str:
         return "finished"
     finally:
         m.rpush("ended", repr(time.time()))
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@contained()
+def resumable(self: Any) -> dict[str, Any]:
+    """First delivery: holds $0.30 in a call that never ends (its process gets killed);
+    the redelivered message makes one $0.10 call and returns."""
+    m = marks()
+    m.rpush("started", f"{self.request.id}:{os.getpid()}")
+    ctx = current_context()
+    assert ctx is not None
+    if m.incr(f"deliveries:{self.request.id}") == 1:
+        ctx.wrap_llm_call(lambda: time.sleep(60),
+                          WrapOptions(operation_name="killed call", cost_estimate_hint=0.30))
+    ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.10),
+                      WrapOptions(operation_name="second delivery", cost_estimate_hint=0.10))
+    return _where()
