@@ -231,7 +231,12 @@ class ExecutionContext:
         if args is None:
             return
         opened = self._store.open(self._path, **args)
-        if opened is None:
+        if isinstance(opened, str):
+            kind, _, ancestor = opened.partition(":")
+            if kind == "missing":
+                raise ContextNotFoundError(ancestor)
+            if kind == "bad_path":
+                raise TokenMalformedError(f"{ancestor} is not at that place in the tree")
             if first:
                 raise ContextExistsError(self._path.ctx_id)
             # A retried open whose first attempt went through before the connection broke.
@@ -250,6 +255,8 @@ class ExecutionContext:
             self.config = self.config.model_copy(update=update)
         self._open_args = None
         self._activate(opened_deadline)
+        if not isinstance(opened, str) and opened.stop_reason:
+            self._on_stop(opened.stop_reason)
 
     def _activate(self, deadline_ms: int) -> None:
         self._deadline_ms = deadline_ms
@@ -268,6 +275,27 @@ class ExecutionContext:
         claims = coord.codec.decode(token, now=coord.redis_now_ms() / 1000, tenant=coord.tenant)
         path = Path(claims.root, claims.path)
         return cls._handle_from_redis(coord, path)
+
+    @classmethod
+    def spawn_from_token(
+        cls,
+        token: str,
+        coordinator: Coordinator | None = None,
+        **limits: Any,
+    ) -> ExecutionContext:
+        """Open a child of the context a token names, in one round trip: the same as
+        ``attach(token).spawn_child(**limits)`` without reading the parent first (the open
+        script checks that every ancestor exists at the place the token says)."""
+        coord = coordinator or Coordinator.default()
+        claims = coord.codec.decode(token, now=coord.redis_now_ms() / 1000, tenant=coord.tenant)
+        parent = cls.__new__(cls)
+        placeholder = ExecutionConfig.model_construct(
+            max_cost_usd=1.0, max_steps=1, max_retries_total=1, timeout_ms=0,
+            token_budget=None, deadline=None)
+        parent._init_handle(coord, Path(claims.root, claims.path), placeholder,
+                            ChainMetadata(request_id=uuid.uuid4().hex, chain_id=claims.context),
+                            None, None, owner=False, parent=None)
+        return parent.spawn_child(**limits)
 
     @classmethod
     def _handle_from_redis(cls, coord: Coordinator, path: Path) -> ExecutionContext:
@@ -364,6 +392,12 @@ class ExecutionContext:
                                         tenant=self._coord.tenant, ttl_s=ttl, now=now_s)
 
     @property
+    def stop_reason(self) -> str | None:
+        """Why this context (or one above it) is stopped, as far as this process knows
+        (set at open, by a halted call, or by a broadcast stop); None while running."""
+        return self._stopped
+
+    @property
     def deadline(self) -> datetime | None:
         """The effective deadline (the earliest of this context's and its ancestors')."""
         return ms_to_datetime(self._deadline_ms)
@@ -401,7 +435,6 @@ class ExecutionContext:
         try:
             self._store.flush()
             if self._owner and self._open_args is None:
-                self._record_summary()
                 self._store.close(self._path, self._coord.retention_s)
         except _UNREACHABLE as exc:
             log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
@@ -912,20 +945,6 @@ class ExecutionContext:
     def _finish_reservation(self, reservation_id: str, amounts: list[str | int]) -> None:
         self._store.finish(self._path, reservation_id, outcome="skip", node=None,
                            amounts=amounts, write_behind=False)
-
-    def _record_summary(self) -> None:
-        """The closing summary event: time remaining, spend, tokens by direction and
-        provider (the Limits specification's observability)."""
-        snap = self.get_snapshot()
-        remaining = None
-        if snap.deadline is not None:
-            remaining = max(0.0, snap.deadline.timestamp() * 1000 - self._coord.redis_now_ms())
-        self.record_event(self._event(
-            "context_summary", f"closed after {snap.step_count} steps, "
-            f"${snap.cost_usd_accumulated:.6f}, {snap.tokens.total} tokens",
-            Decision.ALLOW, time_remaining_ms=remaining,
-            cost_usd=snap.cost_usd_accumulated,
-            tokens=snap.tokens.model_dump(mode="json")))
 
     # -- snapshots -----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,9 @@ class Opened:
     clamped: tuple[str, ...]
     limits: dict[str, int]
     """Effective limits of usd (micro), steps and retries."""
+    stop_reason: str | None
+    """Why a level above is already stopped (or ``timeout``), if it is."""
+    stopped_by: str | None
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,8 @@ class Store:
         return list(pipe.execute(raise_on_error=False))
 
     def _command(self, op: _Op) -> tuple[Any, ...]:
+        if op.kind == "cmd":
+            return tuple(op.args)
         if op.kind == "xadd":
             return ("XADD", op.keys[0], "MAXLEN", "~", EVENT_STREAM_CAP, "*", *op.args)
         sha = self.scripts.by_name[op.kind].sha
@@ -328,8 +334,9 @@ class Store:
         timeout_ms: int,
         deadline_ms: int,
         triples: Sequence[str | int],
-    ) -> Opened | None:
-        """Create a context; None if one with this id exists."""
+    ) -> Opened | str:
+        """Create a context (and its locator entry, in the same round trip). Returns the
+        refusal instead: ``exists``, ``missing:<ancestor>`` or ``bad_path:<ancestor>``."""
         parent = path.parent_id or path.ctx_id
         keys = [
             self.ks.ctx(path.root, path.ctx_id),
@@ -340,18 +347,23 @@ class Store:
             path.ctx_id, path.parent_id or "", ",".join(path.ids),
             json.dumps(meta), json.dumps(config), timeout_ms, deadline_ms, *triples,
         ]
-        res = self.scripts.open(keys, args)
-        if res[0] == 0:
-            return None
-        pipe = self.client.pipeline(transaction=False)
-        pipe.set(self.ks.locator(path.ctx_id), path.root)
+        ops = [_Op("open", keys, args),
+               _Op("cmd", [], ["SET", self.ks.locator(path.ctx_id), path.root])]
         if len(path.ids) == 1:
-            pipe.zadd(self.ks.active_roots, {path.root: int(res[2])})
-        pipe.execute()
+            ops.append(_Op("cmd", [], ["ZADD", self.ks.active_roots, int(time.time() * 1000),
+                                       path.root]))
+        results = self._round_trip(ops)
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        res = results[0]
+        if res[0] == 0:
+            return ":".join(str(x) for x in res[1:])
         clamped = tuple(c for c in str(res[3]).split(",") if c)
         limits = {d: int(v) for d, v in zip(("usd", "steps", "retries"), res[4:7], strict=True)
                   if int(v) >= 0}
-        return Opened(int(res[1]), int(res[2]), clamped, limits)
+        return Opened(int(res[1]), int(res[2]), clamped, limits, str(res[7]) or None,
+                      str(res[8]) or None)
 
     def reserve(self, path: Path, res_id: str, amounts: Sequence[str | int]) -> Held | Refused:
         """Hold ``amounts`` at every level of ``path`` (one round trip, which also carries
@@ -435,22 +447,25 @@ class Store:
         return list(self._run(_Op("abort", keys, args)))
 
     def close(self, path: Path, retention_s: int) -> None:
-        """Close a context and start the retention clock on its keys."""
+        """Close a context, record its summary event and start the retention clock on its
+        keys, with the queued writes, in one round trip."""
+        root = len(path.ids) == 1
         keys = [
             self.ks.ctx(path.root, path.ctx_id),
             self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id),
             self.ks.kids(path.root, path.ctx_id),
         ]
-        if len(path.ids) == 1:
+        if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
                      self.ks.ledger(path.root)]
-        self._run(_Op("close", keys, [retention_s]))
-        pipe = self.client.pipeline(transaction=False)
-        pipe.expire(self.ks.locator(path.ctx_id), retention_s)
-        if len(path.ids) == 1:
-            pipe.zrem(self.ks.active_roots, path.root)
-        pipe.execute()
+        ops = [_Op("close", keys, [retention_s]),
+               _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
+        if root:
+            ops.append(_Op("cmd", [], ["ZREM", self.ks.active_roots, path.root]))
+        for r in self._round_trip(ops):
+            if isinstance(r, Exception):
+                raise r
 
     def renew_leases(self) -> None:
         """Extend the leases of this process's calls in flight (one round trip)."""

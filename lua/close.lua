@@ -1,18 +1,50 @@
--- close.lua: end a context's life and start its retention clock.
+-- close.lua: end a context's life, record its summary, and start its retention clock.
 --
 -- KEYS[1]     bc:{R}:ctx:<id>     hash    the context
--- KEYS[2..]   its other keys to expire with it: bc:{R}:nodes:<id>, bc:{R}:events:<id>,
---             bc:{R}:kids:<id>; for a root also bc:{R}:res, bc:{R}:leases, bc:{R}:ledger
+-- KEYS[2]     bc:{R}:nodes:<id>   stream  its node records
+-- KEYS[3]     bc:{R}:events:<id>  stream  its SafetyEvents (the summary is appended here)
+-- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>; for a root also
+--             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger
 -- ARGV[1]     retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
--- later reserves in it and below it halt. Returns {1, status} or {-1} if it does not exist.
+-- later reserves in it and below it halt. The context_summary SafetyEvent states spend,
+-- steps, time left before the deadline and tokens by direction and provider.
+-- Returns {1, status} or {-1} if the context does not exist.
 
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {-1} end
+local now = now_ms()
 if status == 'running' then
-  redis.call('HSET', KEYS[1], 'status', 'closed', 'reason', 'closed', 'closed_ms', now_ms())
+  redis.call('HSET', KEYS[1], 'status', 'closed', 'reason', 'closed', 'closed_ms', now)
   status = 'closed'
 end
+
+local h = {}
+local flat = redis.call('HGETALL', KEYS[1])
+for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+local function n(field) return tonumber(h[field] or '0') end
+local function tokens(prefix)
+  return {input = n('u:' .. prefix .. 'tin'), output = n('u:' .. prefix .. 'tout'),
+          total = n('u:' .. prefix .. 'ttot'), reserved = n('h:' .. prefix .. 'ttot')}
+end
+local summary = tokens('')
+local by_provider = {}
+for field, _ in pairs(h) do
+  local slug = string.match(field, '^u:(.+)%.ttot$')
+  if slug then by_provider[slug] = tokens(slug .. '.') end
+end
+if next(by_provider) then summary.by_provider = by_provider end
+local metadata = {chain_id = h.id, cost_usd = n('u:usd') / 1000000, steps = n('u:steps'),
+                  tokens = summary}
+local deadline = n('deadline')
+if deadline > 0 then metadata.time_remaining_ms = math.max(0, deadline - now) end
+local event = cjson.encode({
+  event_type = 'context_summary', decision = 'ALLOW', hook = 'ExecutionContext',
+  request_id = h.request_id, ts = now, metadata = metadata,
+  reason = 'closed after ' .. n('u:steps') .. ' steps, ' .. n('u:usd') .. ' micro-USD, ' ..
+           summary.total .. ' tokens'})
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 10000, '*', 'e', event)
+
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[1])) end
 return {1, status}

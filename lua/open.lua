@@ -14,14 +14,19 @@
 --               'remaining' what remains above (no limit if no ancestor limits it)
 --               'parent'    the parent's limit for that dimension (steps, retries)
 --
--- The effective deadline is the earliest of the timeout, the absolute deadline and every
--- ancestor's. A child opened under a stopped ancestor is created, and halts on first use.
--- Returns {1, deadline_ms, created_ms, clamped_csv, usd, steps, retries} (the effective
--- limits of the three base dimensions; -1 when unlimited), or {0, 'exists'}.
+-- Every ancestor must exist with the recorded path (a token cannot graft a context onto
+-- another tree). The effective deadline is the earliest of the timeout, the absolute
+-- deadline and every ancestor's. A child opened under a stopped ancestor, or past its
+-- deadline, is created and halts on first use; the stop is reported at once.
+-- Returns {1, deadline_ms, created_ms, clamped_csv, usd, steps, retries, stop_reason,
+--          stopped_by} (the effective limits of the three base dimensions, -1 when
+--          unlimited; stop_reason '' when nothing above is stopped),
+--         {0, 'exists'}, {0, 'missing', ancestor id} or {0, 'bad_path', ancestor id}.
 
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 'exists'} end
 local now = now_ms()
 local nanc = #KEYS - 2
+local ids = split(ARGV[3])
 
 local deadline = 0
 local function tighten(d)
@@ -30,7 +35,17 @@ local function tighten(d)
 end
 if tonumber(ARGV[6]) > 0 then tighten(now + tonumber(ARGV[6])) end
 tighten(ARGV[7])
-for a = 1, nanc do tighten(redis.call('HGET', KEYS[a + 2], 'deadline')) end
+local stop_reason, stopped_by = '', ''
+for a = 1, nanc do
+  local v = redis.call('HMGET', KEYS[a + 2], 'status', 'path', 'reason', 'deadline')
+  if not v[1] then return {0, 'missing', ids[a]} end
+  if v[2] ~= table.concat(ids, ',', 1, a) then return {0, 'bad_path', ids[a]} end
+  if v[1] ~= 'running' and stop_reason == '' then
+    stop_reason, stopped_by = v[3] or v[1], ids[a]
+  end
+  tighten(v[4])
+end
+if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = 'timeout' end
 
 -- The least (limit - used - held) over the ancestors that limit dim; nil if none does.
 local function remaining_above(dim)
@@ -47,7 +62,6 @@ local function remaining_above(dim)
   return least
 end
 
-local ids = split(ARGV[3])
 local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1], 'path', ARGV[3],
                 'depth', #ids - 1, 'status', 'running', 'created_ms', now,
                 'deadline', deadline, 'meta', ARGV[4], 'config', ARGV[5],
@@ -84,4 +98,5 @@ fields[#fields + 1] = 'clamped'
 fields[#fields + 1] = clamped_csv
 redis.call('HSET', KEYS[1], unpack(fields))
 if ARGV[2] ~= '' then redis.call('SADD', KEYS[2], ARGV[1]) end
-return {1, deadline, now, clamped_csv, effective.usd, effective.steps, effective.retries}
+return {1, deadline, now, clamped_csv, effective.usd, effective.steps, effective.retries,
+        stop_reason, stopped_by}

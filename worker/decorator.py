@@ -82,15 +82,15 @@ def contained(
                                  tags={"celery_task": name, "celery_retries": str(retries)})
             coord = coordinator or Coordinator.default()
             token = incoming_token(request)
-            ctx = _open(coord, token, meta, max_cost_usd, max_steps, max_retries_total,
-                        timeout_ms, token_budget)
+            ctx, rejoined = _open(coord, token, meta, max_cost_usd, max_steps,
+                                  max_retries_total, timeout_ms, token_budget)
             try:
                 # The body runs in a copy of the caller's contextvars with the context
-                # entered: nothing to reset afterwards, and the close (two round trips)
+                # entered: nothing to reset afterwards, and the close (one round trip)
                 # runs after the result is sent, on the coordinator's timer thread.
                 return contextvars.copy_context().run(
-                    _run_body, fn, args, kwargs, coord, ctx, name, task_id,
-                    token is not None, interrupt)
+                    _run_body, fn, args, kwargs, coord, ctx, name, task_id, rejoined,
+                    interrupt)
             finally:
                 try:
                     coord.store.flush()  # the body's spend is visible before its result
@@ -105,9 +105,9 @@ def contained(
 
 def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
               coord: Coordinator, ctx: ExecutionContext, name: str, task_id: str,
-              joined: bool, interrupt: bool) -> Any:
+              rejoined: bool, interrupt: bool) -> Any:
     ctx.__enter__()  # current_context() is ctx inside the body
-    _check_runnable(coord, ctx, name, task_id, check_above=joined)
+    _check_runnable(coord, ctx, name, task_id, rejoined=rejoined)
     armed: Armed | None = None
     try:
         if interrupt:
@@ -124,29 +124,28 @@ def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
 def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,
           max_cost_usd: float | None, max_steps: int | None,
           max_retries_total: int | None, timeout_ms: int,
-          token_budget: TokenBudget | None) -> ExecutionContext:
-    """The task's context: a new child of the token's context, or a new root. A message
-    delivered again (``acks_late`` after a lost worker) joins the context its first
-    delivery opened."""
+          token_budget: TokenBudget | None) -> tuple[ExecutionContext, bool]:
+    """The task's context: a new child of the token's context (one round trip, which also
+    reports a stop above), or a new root; and whether it was rejoined. A message delivered
+    again (``acks_late`` after a lost worker) joins the context its first delivery opened."""
     if token is None:
         config = ExecutionConfig(max_cost_usd=cast(float, max_cost_usd),
                                  max_steps=cast(int, max_steps),
                                  max_retries_total=cast(int, max_retries_total),
                                  timeout_ms=timeout_ms, token_budget=token_budget)
         try:
-            return ExecutionContext(config, metadata=meta, coordinator=coord)
+            return ExecutionContext(config, metadata=meta, coordinator=coord), False
         except ContextExistsError:
-            return _rejoin(coord, (meta.chain_id,))
-    parent = ExecutionContext.attach(token, coord)
+            return _rejoin(coord, (meta.chain_id,)), True
     try:
-        return parent.spawn_child(max_cost_usd=max_cost_usd, max_steps=max_steps,
-                                  max_retries_total=max_retries_total,
-                                  timeout_ms=timeout_ms, token_budget=token_budget,
-                                  metadata=meta)
+        return ExecutionContext.spawn_from_token(
+            token, coord, max_cost_usd=max_cost_usd, max_steps=max_steps,
+            max_retries_total=max_retries_total, timeout_ms=timeout_ms,
+            token_budget=token_budget, metadata=meta), False
     except ContextExistsError:
-        return _rejoin(coord, (*parent.path, meta.chain_id))
-    finally:
-        parent.close()  # an attached handle: flushes and unregisters, never closes
+        parent = coord.codec.decode(token, now=coord.redis_now_ms() / 1000,
+                                    tenant=coord.tenant)
+        return _rejoin(coord, (*parent.path, meta.chain_id)), True
 
 
 def _rejoin(coord: Coordinator, path: tuple[str, ...]) -> ExecutionContext:
@@ -157,13 +156,14 @@ def _rejoin(coord: Coordinator, path: tuple[str, ...]) -> ExecutionContext:
 
 
 def _check_runnable(coord: Coordinator, ctx: ExecutionContext, name: str, task_id: str, *,
-                    check_above: bool) -> None:
+                    rejoined: bool) -> None:
     """Raise TaskStoppedError if the context (or an ancestor) is stopped, closed or past
-    its deadline: the body must not run."""
-    if ctx.cancellation_token.cancelled:
-        raise TaskStoppedError(name, task_id, ctx.cancellation_token.reason or "aborted")
-    if not check_above:
-        return  # a root opened just now cannot be stopped yet
+    its deadline: the body must not run. A freshly opened context already knows (the open
+    reported any stop above); a rejoined one reads its whole path."""
+    if ctx.stop_reason is not None:
+        raise TaskStoppedError(name, task_id, ctx.stop_reason, "context stopped")
+    if not rejoined:
+        return
     snap = ctx.get_snapshot()
     if snap.status != "running":
         reason = snap.abort_reason or snap.status
