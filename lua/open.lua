@@ -35,32 +35,38 @@ local function tighten(d)
 end
 if tonumber(ARGV[6]) > 0 then tighten(now + tonumber(ARGV[6])) end
 tighten(ARGV[7])
+-- One HMGET per ancestor: its status, place and deadline, and for every requested
+-- dimension its limit, used and held amounts.
+local dims = {}
+for i = 8, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
+local wanted = {'status', 'path', 'reason', 'deadline'}
+for _, d in ipairs(dims) do
+  wanted[#wanted + 1] = 'l:' .. d
+  wanted[#wanted + 1] = 'u:' .. d
+  wanted[#wanted + 1] = 'h:' .. d
+end
+local above = {}     -- dim -> least (limit - used - held) over the ancestors, if any
+local parent = {}    -- dim -> the parent's limit
 local stop_reason, stopped_by = '', ''
 for a = 1, nanc do
-  local v = redis.call('HMGET', KEYS[a + 2], 'status', 'path', 'reason', 'deadline')
+  local v = redis.call('HMGET', KEYS[a + 2], unpack(wanted))
   if not v[1] then return {0, 'missing', ids[a]} end
   if v[2] ~= table.concat(ids, ',', 1, a) then return {0, 'bad_path', ids[a]} end
   if v[1] ~= 'running' and stop_reason == '' then
     stop_reason, stopped_by = v[3] or v[1], ids[a]
   end
   tighten(v[4])
-end
-if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = 'timeout' end
-
--- The least (limit - used - held) over the ancestors that limit dim; nil if none does.
-local function remaining_above(dim)
-  local least = nil
-  for a = 1, nanc do
-    local v = redis.call('HMGET', KEYS[a + 2], 'l:' .. dim, 'u:' .. dim, 'h:' .. dim)
-    local lim = tonumber(v[1])
+  for j, d in ipairs(dims) do
+    local lim = tonumber(v[2 + 3 * j])
     if lim then
-      local left = lim - tonumber(v[2] or '0') - tonumber(v[3] or '0')
+      local left = lim - tonumber(v[3 + 3 * j] or '0') - tonumber(v[4 + 3 * j] or '0')
       if left < 0 then left = 0 end
-      if least == nil or left < least then least = left end
+      if above[d] == nil or left < above[d] then above[d] = left end
+      if a == nanc then parent[d] = lim end
     end
   end
-  return least
 end
+if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = 'timeout' end
 
 local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1], 'path', ARGV[3],
                 'depth', #ids - 1, 'status', 'running', 'created_ms', now,
@@ -72,17 +78,17 @@ for i = 8, #ARGV, 3 do
   local dim, mode, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local limit = nil
   if mode == 'parent' then
-    if nanc > 0 then limit = tonumber(redis.call('HGET', KEYS[nanc + 2], 'l:' .. dim)) end
-    limit = limit or value
+    limit = parent[dim] or value
   else
-    local above = nil
-    if dim ~= 'steps' and dim ~= 'retries' then above = remaining_above(dim) end
+    -- steps and retries are counts, not consumables: an explicit one is kept as given
+    local left = nil
+    if dim ~= 'steps' and dim ~= 'retries' then left = above[dim] end
     if mode == 'remaining' then
-      limit = above
+      limit = left
     else
       limit = value
-      if above ~= nil and above < value then
-        limit = above
+      if left ~= nil and left < value then
+        limit = left
         clamped[#clamped + 1] = dim
       end
     end
