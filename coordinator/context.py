@@ -4,6 +4,7 @@ of limits holds for a whole tree of agents in any process on any machine."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import secrets
@@ -61,7 +62,7 @@ from .models import (
 )
 from .pipeline import ShieldPipeline, ToolCallContext
 from .policy import PolicyContext
-from .store import Held, Path
+from .store import Held, Path, Replayed
 from .usage import Usage, UsageCollector, reset_collector, set_collector, usage_from_response
 
 log = logging.getLogger("coordinator")
@@ -74,6 +75,7 @@ _LIMIT_ERRORS: dict[type[Exception], str] = {
     DeadlineExceededError: "timeout",
     TokenBudgetExceededError: "token_budget_exceeded",
 }
+_REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
 _UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 _current_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
@@ -224,6 +226,7 @@ class ExecutionContext:
         self._offline_events: list[SafetyEvent] = []
         self._last_snapshot: ContextSnapshot | None = None
         self._ctx_token: Any = None
+        self._call_seq: itertools.count[int] | None = None
 
     def _ensure_open(self, *, first: bool = False) -> None:
         """Open the context in Redis if that has not happened yet (fails closed)."""
@@ -390,6 +393,15 @@ class ExecutionContext:
             ttl = max(1, min(ttl, int(self._deadline_ms / 1000 - now_s) + 1))
         return self._coord.codec.encode(root=self._path.root, path=self._path.ids,
                                         tenant=self._coord.tenant, ttl_s=ttl, now=now_s)
+
+    def enable_call_keys(self) -> None:
+        """Give this handle's calls replayable ids, ``<chain_id>:<n>`` with n counting from
+        0. Work replayed in a new handle of the same context (a task redelivered after its
+        worker died) is then recognised call by call: a call that already finished is not
+        run or charged again (``wrap_*`` returns ALLOW, RETRY or HALT as it ended, and
+        ``evaluate`` returns None), and a call that was in flight is settled once.
+        The replayed work must make its calls in the same order."""
+        self._call_seq = itertools.count()
 
     @property
     def stop_reason(self) -> str | None:
@@ -589,7 +601,9 @@ class ExecutionContext:
     def _begin(self, kind: Literal["llm", "tool"], opts: WrapOptions) -> _Call | _Outcome:
         """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
         flight, or the decision that stops it before it runs."""
-        node_id = secrets.token_hex(16)
+        keyed = self._call_seq is not None
+        node_id = (f"{self.chain_id}:{next(self._call_seq)}" if self._call_seq is not None
+                   else secrets.token_hex(16))
         if self._stopped is not None:
             return self._halt(kind, opts, node_id, self._stopped,
                               f"context stopped: {self._stopped}")
@@ -598,7 +612,7 @@ class ExecutionContext:
         amounts = reserve_amounts(opts)
         try:
             self._ensure_open()
-            res = self._store.reserve(self._path, node_id, amounts)
+            res = self._store.reserve(self._path, node_id, amounts, keyed=keyed)
         except _UNREACHABLE as exc:
             if self._coord.fail_open:
                 log.warning("Redis unavailable; running %s without a budget (fail_open)",
@@ -607,6 +621,9 @@ class ExecutionContext:
             err = BackendUnavailableError("reserve", exc)
             return self._halt(kind, opts, node_id, "backend_unavailable", str(err),
                               offline=True)
+        if isinstance(res, Replayed):  # finished in an earlier delivery of the same work
+            return _Outcome(_REPLAYED[res.outcome], reason="replayed",
+                            detail=f"call {node_id} already finished ({res.outcome})")
         if not isinstance(res, Held):
             level_id = self._path.ids[res.level] if res.level >= 0 else self.chain_id
             if res.stopped:

@@ -55,6 +55,10 @@ class KeySpace:
     def reservations(self, root: str) -> str:
         return f"{self.prefix}:{{{root}}}:res"
 
+    def done(self, root: str) -> str:
+        """How keyed calls (replayable call ids) finished."""
+        return f"{self.prefix}:{{{root}}}:done"
+
     def leases(self, root: str) -> str:
         return f"{self.prefix}:{{{root}}}:leases"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .limits import actual_amounts, check_amount
-from .store import Held
+from .store import Refused
 
 if TYPE_CHECKING:
     from .context import ExecutionContext
@@ -50,7 +50,7 @@ class TokenLedger:
         amounts = actual_amounts(0, input_tokens, output_tokens, provider)[2:]
         ctx = self._ctx
         res = ctx._store.reserve(ctx._path, rid, amounts)
-        if not isinstance(res, Held):
+        if isinstance(res, Refused):
             raise ctx._limit_error(res.reason, res.detail)
         direction: Literal["input", "output", "both"] = (
             "both" if input_tokens and output_tokens else "input" if input_tokens else "output")

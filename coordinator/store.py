@@ -74,6 +74,14 @@ class Held:
 
 
 @dataclass(frozen=True)
+class Replayed:
+    """A call key that already finished (in an earlier delivery of the same work)."""
+
+    outcome: str
+    now_ms: int
+
+
+@dataclass(frozen=True)
 class Refused:
     """A reservation refused at ``level`` (0-based index into the path)."""
 
@@ -155,6 +163,7 @@ class Store:
             self.ks.nodes(path.root, path.ctx_id),
             self.ks.ledger(path.root),
             *self._level_keys(path),
+            self.ks.done(path.root),
         )
 
     # -- round trips ---------------------------------------------------------------------
@@ -365,13 +374,18 @@ class Store:
         return Opened(int(res[1]), int(res[2]), clamped, limits, str(res[7]) or None,
                       str(res[8]) or None)
 
-    def reserve(self, path: Path, res_id: str, amounts: Sequence[str | int]) -> Held | Refused:
+    def reserve(self, path: Path, res_id: str, amounts: Sequence[str | int], *,
+                keyed: bool = False) -> Held | Refused | Replayed:
         """Hold ``amounts`` at every level of ``path`` (one round trip, which also carries
-        the queued writes)."""
+        the queued writes). ``keyed``: ``res_id`` is a call key whose outcome is kept, so
+        a replay of a finished call is recognised."""
         keys = [self.ks.reservations(path.root), self.ks.leases(path.root),
-                *self._level_keys(path)]
-        args = [res_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel, *amounts]
+                *self._level_keys(path), self.ks.done(path.root)]
+        args = [res_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
+                "1" if keyed else "0", *amounts]
         res = self._run(_Op("reserve", keys, args))
+        if res[0] == 2:
+            return Replayed(str(res[2]), int(res[1]))
         if res[0] == 1:
             self._inflight[res_id] = path.root
             expired = [(str(res[i]), json.loads(res[i + 1])) for i in range(2, len(res), 2)]
@@ -458,7 +472,7 @@ class Store:
         ]
         if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
-                     self.ks.ledger(path.root)]
+                     self.ks.ledger(path.root), self.ks.done(path.root)]
         ops = [_Op("close", keys, [retention_s]),
                _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
         if root:

@@ -4,7 +4,7 @@
 -- KEYS[2]     bc:{R}:nodes:<id>   stream  its node records
 -- KEYS[3]     bc:{R}:events:<id>  stream  its SafetyEvents (the summary is appended here)
 -- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>; for a root also
---             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger
+--             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done
 -- ARGV[1]     retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way

@@ -4,11 +4,14 @@
 -- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
 -- KEYS[3..]   per level of the path, root first, caller last, two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
+-- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
 -- ARGV[1]     reservation id (the node id)
 -- ARGV[2]     lease length in ms
 -- ARGV[3]     path ids, comma-separated, root first (same order as the levels in KEYS)
 -- ARGV[4]     abort channel (pub/sub, not a key)
--- ARGV[5..]   pairs: dimension, amount (integers; steps 1 is always among them)
+-- ARGV[5]     '1' when the id is a call key (the same call replayed, e.g. a redelivered
+--             task, gets the same id): its outcome is remembered in KEYS[last]
+-- ARGV[6..]   pairs: dimension, amount (integers; steps 1 is always among them)
 --
 -- Every level is checked (status, deadline in Redis time, retry budget, each dimension's
 -- limit against used + held + amount) before anything is written, so a refusal changes
@@ -20,17 +23,20 @@
 --         {0, level, reason, detail, stopped, now_ms} when refused, where stopped is 1 when
 --         the level is stopped for good (before or by this call) and 0 when only this call
 --         does not fit.
---         A reservation id already held returns {1, now_ms} and holds nothing more.
+--         A reservation id already held returns {1, now_ms} and holds nothing more;
+--         a call key already finished returns {2, now_ms, outcome} and holds nothing.
 
 local now = now_ms()
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], id) == 1 then return {1, now} end
+local done = redis.call('HGET', KEYS[#KEYS], id)
+if done then return {2, now, done} end
 
 local ids = split(ARGV[3])
 local root = ids[1]
 local channel = ARGV[4]
 local dims, amounts = {}, {}
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   dims[#dims + 1] = ARGV[i]
   amounts[#amounts + 1] = tonumber(ARGV[i + 1])
 end
@@ -42,7 +48,7 @@ for _, d in ipairs(dims) do
   fields[#fields + 1] = 'h:' .. d
 end
 
-local levels = (#KEYS - 2) / 2
+local levels = (#KEYS - 3) / 2
 local seen = {}
 for lv = 1, levels do
   local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
@@ -100,7 +106,9 @@ for lv = 1, levels do
   end
   if #set > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(set)) end
 end
-redis.call('HSET', KEYS[1], id, cjson.encode({c = ids[#ids], p = ids, d = held}))
+local rec = {c = ids[#ids], p = ids, d = held}
+if ARGV[5] == '1' then rec.k = 1 end
+redis.call('HSET', KEYS[1], id, cjson.encode(rec))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
 
 local out = {1, now}

@@ -6,6 +6,7 @@
 -- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
 -- KEYS[5..]   per level of the reservation's path, root first (as reserved), two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
+-- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
 -- ARGV[1]     reservation id
 -- ARGV[2]     abort channel (pub/sub, not a key)
 -- ARGV[3]     node record (JSON, written to KEYS[3]; '' writes none)
@@ -23,6 +24,7 @@ if not rec then return {0} end
 rec = cjson.decode(rec)
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+if rec.k then redis.call('HSET', KEYS[#KEYS], ARGV[1], 'ok') end
 
 local actual = {}
 for i = 6, #ARGV do actual[#actual + 1] = ARGV[i] end

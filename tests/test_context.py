@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -333,3 +334,45 @@ def test_a_signed_token_with_a_forged_path_is_refused(coord: Coordinator) -> Non
         with pytest.raises(TokenMalformedError):
             ExecutionContext.attach(forged)
         child.close()
+
+
+def test_replayed_work_is_not_charged_twice(coord: Coordinator) -> None:
+    runs: list[str] = []
+
+    def call(name: str, usd: float) -> Callable[[], None]:
+        def body() -> None:
+            runs.append(name)
+            report_usage(cost_usd=usd)
+        return body
+
+    with ExecutionContext(config(max_cost_usd=1.0)) as root:
+        task = root.spawn_child(metadata=ChainMetadata(request_id="t", chain_id="task-1"))
+        # first delivery: call A settles, call B is in flight when the worker dies
+        first = ExecutionContext.attach(task.token)
+        first.enable_call_keys()
+        assert first.wrap_llm_call(call("A", 0.10), WrapOptions(cost_estimate_hint=0.1)
+                                   ) == Decision.ALLOW
+        coord.store.flush()
+        held = coord.store.reserve(first._path, "task-1:1",
+                                   ["usd", 200_000, "steps", 1], keyed=True)
+        assert not hasattr(held, "reason")
+        # redelivery: the same calls in the same order
+        second = ExecutionContext.attach(task.token)
+        second.enable_call_keys()
+        assert second.wrap_llm_call(call("A", 0.10), WrapOptions(cost_estimate_hint=0.1)
+                                    ) == Decision.ALLOW
+        assert second.wrap_llm_call(call("B", 0.15), WrapOptions(cost_estimate_hint=0.2)
+                                    ) == Decision.ALLOW
+        assert second.evaluate(call("C", 0.05)) is None
+        assert runs == ["A", "B", "C"]  # A was not run again
+        snap = task.get_snapshot()
+        assert snap.cost_usd_accumulated == pytest.approx(0.30)  # A once, B settled once
+        assert snap.step_count == 3 and snap.cost_usd_reserved == 0
+        third = ExecutionContext.attach(task.token)
+        third.enable_call_keys()
+        assert [third.wrap_llm_call(call(n, 1.0)) for n in "ABC"] == [Decision.ALLOW] * 3
+        assert runs == ["A", "B", "C"]
+        assert task.get_snapshot().cost_usd_accumulated == pytest.approx(0.30)
+        for h in (first, second, third, task):
+            h.close()
+    check_tree(coord.client, root.chain_id)
