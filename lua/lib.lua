@@ -140,3 +140,25 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   ledger_update(rec, dims, dused, caller_used, now, ledger_key, ledger_channel)
   return stopped
 end
+
+-- The body of settle.lua and release.lua (their KEYS/ARGV layout): take the open
+-- reservation ARGV[1] (none: {0}, it already finished), remember a keyed one's outcome,
+-- finish it with the amounts in ARGV[amounts_from..], append the node record, and return
+-- {1, level, reason, detail, ...} for the levels it stopped.
+local function close_reservation(outcome, step, retry, amounts_from)
+  local rec = redis.call('HGET', KEYS[1], ARGV[1])
+  if not rec then return {0} end
+  rec = cjson.decode(rec)
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  if rec.k then redis.call('HSET', KEYS[#KEYS], ARGV[1], outcome) end
+  local amounts = {}
+  for i = amounts_from, #ARGV do amounts[#amounts + 1] = ARGV[i] end
+  local stopped = finish(rec, 5, amounts, step, retry, ARGV[2], now_ms(), KEYS[4], ARGV[5])
+  if ARGV[3] ~= '' then
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[3])
+  end
+  local out = {1}
+  for _, x in ipairs(stopped) do out[#out + 1] = x end
+  return out
+end

@@ -19,21 +19,4 @@
 -- Idempotent like settle.lua.
 -- Returns {0} when the reservation is not open; {1, level, reason, detail, ...} otherwise.
 
-local rec = redis.call('HGET', KEYS[1], ARGV[1])
-if not rec then return {0} end
-rec = cjson.decode(rec)
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-if rec.k then redis.call('HSET', KEYS[#KEYS], ARGV[1], ARGV[6]) end
-
-local spent = {}
-for i = 7, #ARGV do spent[#spent + 1] = ARGV[i] end
-
-local stopped = finish(rec, 5, spent, false, ARGV[6] == 'error', ARGV[2], now_ms(), KEYS[4],
-                       ARGV[5])
-if ARGV[3] ~= '' then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[3])
-end
-local out = {1}
-for _, x in ipairs(stopped) do out[#out + 1] = x end
-return out
+return close_reservation(ARGV[6], false, ARGV[6] == 'error', 7)

@@ -19,20 +19,4 @@
 -- Returns {0} when the reservation is not open (already settled or reaped);
 --         {1, level, reason, detail, ...} with the levels this settle stopped.
 
-local rec = redis.call('HGET', KEYS[1], ARGV[1])
-if not rec then return {0} end
-rec = cjson.decode(rec)
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-if rec.k then redis.call('HSET', KEYS[#KEYS], ARGV[1], 'ok') end
-
-local actual = {}
-for i = 6, #ARGV do actual[#actual + 1] = ARGV[i] end
-
-local stopped = finish(rec, 5, actual, true, false, ARGV[2], now_ms(), KEYS[4], ARGV[5])
-if ARGV[3] ~= '' then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[3])
-end
-local out = {1}
-for _, x in ipairs(stopped) do out[#out + 1] = x end
-return out
+return close_reservation('ok', true, false, 6)
