@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import redis
+from celery import signals
 from celery._state import get_current_task
 
 from coordinator.cancellation import CancelledByContext
@@ -24,6 +26,7 @@ from coordinator.errors import ContextExistsError
 from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 
 from .errors import TaskStoppedError
+from . import running
 from .interrupt import Armed
 from .propagation import incoming_token
 
@@ -64,6 +67,11 @@ def contained(
     ExecutionConfig(max_cost_usd=max_cost_usd or 1.0, max_steps=max_steps or 1,
                     max_retries_total=max_retries_total or 1, timeout_ms=timeout_ms,
                     token_budget=token_budget)
+    # a root's config is the same for every run: built once (None: a root cannot open)
+    root_config = (ExecutionConfig(max_cost_usd=max_cost_usd, max_steps=max_steps,
+                                   max_retries_total=max_retries_total,
+                                   timeout_ms=timeout_ms, token_budget=token_budget)
+                   if None not in (max_cost_usd, max_steps, max_retries_total) else None)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
@@ -82,12 +90,11 @@ def contained(
                                  tags={"celery_task": name, "celery_retries": str(retries)})
             coord = coordinator or Coordinator.default()
             token = incoming_token(request)
-            ctx, rejoined = _open(coord, token, meta, max_cost_usd, max_steps,
+            ctx, rejoined = _open(coord, token, meta, root_config, max_cost_usd, max_steps,
                                   max_retries_total, timeout_ms, token_budget)
             try:
                 # The body runs in a copy of the caller's contextvars with the context
-                # entered: nothing to reset afterwards, and the close (one round trip)
-                # runs after the result is sent, on the coordinator's timer thread.
+                # entered: nothing to reset afterwards.
                 return contextvars.copy_context().run(
                     _run_body, fn, args, kwargs, coord, ctx, name, task_id, rejoined,
                     interrupt)
@@ -96,11 +103,39 @@ def contained(
                     coord.store.flush()  # the body's spend is visible before its result
                 except redis.RedisError as exc:
                     log.warning("flushing %s: %s (retried at close)", ctx.chain_id, exc)
-                coord.call_later(0, ctx.close)
+                _close_after_result(coord, ctx, request)
 
         return cast(F, run)
 
     return decorate
+
+
+_finished = threading.local()
+
+
+def _close_after_result(coord: Coordinator, ctx: ExecutionContext, request: Any) -> None:
+    """Close ``ctx`` (one round trip) once the task's result is stored, off the path of
+    the caller waiting for it: at ``task_postrun``, which Celery's tracer sends after the
+    result, in this thread. A body called directly (``task()`` outside the tracer) gets
+    no ``task_postrun`` of its own: its context closes on the coordinator's timer thread."""
+    if request.called_directly:
+        coord.call_later(0, ctx.close)
+        return
+    pending: list[ExecutionContext] | None = getattr(_finished, "contexts", None)
+    if pending is None:
+        pending = _finished.contexts = []
+    pending.append(ctx)
+
+
+def _close_finished(**_: Any) -> None:
+    pending: list[ExecutionContext] | None = getattr(_finished, "contexts", None)
+    while pending:
+        pending.pop().close()  # close() logs and keeps writes queued if Redis is down
+
+
+# connected at import, before any worker builds its tracers (they snapshot the receivers)
+signals.task_postrun.connect(_close_finished, weak=False,
+                             dispatch_uid="budget_context.close_finished")
 
 
 def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -109,9 +144,11 @@ def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     ctx.__enter__()  # current_context() is ctx inside the body
     _check_runnable(coord, ctx, name, task_id, rejoined=rejoined)
     armed: Armed | None = None
+    token = ctx.cancellation_token
+    running.enter(token)
     try:
         if interrupt:
-            armed = Armed(ctx.cancellation_token)
+            armed = Armed(token)
         return fn(*args, **kwargs)
     except CancelledByContext as exc:
         raise TaskStoppedError(name, task_id, exc.reason, "interrupted while running") \
@@ -119,20 +156,22 @@ def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     finally:
         if armed is not None:
             armed.disarm()
+        running.leave(token)
 
 
 def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,
-          max_cost_usd: float | None, max_steps: int | None,
-          max_retries_total: int | None, timeout_ms: int,
+          root_config: ExecutionConfig | None, max_cost_usd: float | None,
+          max_steps: int | None, max_retries_total: int | None, timeout_ms: int,
           token_budget: TokenBudget | None) -> tuple[ExecutionContext, bool]:
     """The task's context: a new child of the token's context (one round trip, which also
     reports a stop above), or a new root; and whether it was rejoined. A message delivered
     again (``acks_late`` after a lost worker) joins the context its first delivery opened."""
     if token is None:
-        config = ExecutionConfig(max_cost_usd=cast(float, max_cost_usd),
-                                 max_steps=cast(int, max_steps),
-                                 max_retries_total=cast(int, max_retries_total),
-                                 timeout_ms=timeout_ms, token_budget=token_budget)
+        # without all three limits this raises the InvalidConfigError that fails the task
+        config = root_config or ExecutionConfig(
+            max_cost_usd=cast(float, max_cost_usd), max_steps=cast(int, max_steps),
+            max_retries_total=cast(int, max_retries_total), timeout_ms=timeout_ms,
+            token_budget=token_budget)
         try:
             return ExecutionContext(config, metadata=meta, coordinator=coord), False
         except ContextExistsError:

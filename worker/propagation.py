@@ -4,17 +4,23 @@ read back from the task's request in the worker."""
 
 from __future__ import annotations
 
+import time
+import weakref
 from datetime import datetime, timezone
 from typing import Any
 
 from celery import Celery, signals
 from celery._state import get_current_task
 
-from coordinator.context import current_context
+from coordinator.context import ExecutionContext, current_context
 
 from .retries import count_retry
 
 HEADER = "budget_context"
+TOKEN_REUSE_S = 60.0
+
+_tokens: weakref.WeakKeyDictionary[ExecutionContext, tuple[str, float]] = \
+    weakref.WeakKeyDictionary()
 
 
 def incoming_token(request: Any) -> str | None:
@@ -45,11 +51,24 @@ def _before_publish(sender: Any = None, headers: dict[str, Any] | None = None,
     if headers.get(HEADER):
         return  # an explicit token wins
     if ctx is not None:
-        _inject(headers, ctx.token, ctx.deadline)
+        _inject(headers, _token_of(ctx), ctx.deadline)
     elif incoming:
         # Canvas continuations (the next task of a chain, a chord's callback) are sent by
         # the worker after the body returned: they join the tree the finished task joined.
         _inject(headers, incoming, None)
+
+
+def _token_of(ctx: ExecutionContext) -> str:
+    """``ctx.token``, minted at most once a minute per context (a fan-out of many sends
+    signs once). A token expires at the context's deadline or a day after it is minted,
+    so one reused within the minute is as good as a fresh one."""
+    now = time.monotonic()
+    cached = _tokens.get(ctx)
+    if cached is not None and now - cached[1] < TOKEN_REUSE_S:
+        return cached[0]
+    token = ctx.token
+    _tokens[ctx] = (token, now)
+    return token
 
 
 def _inject(headers: dict[str, Any], token: str, deadline: datetime | None) -> None:
