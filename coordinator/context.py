@@ -277,7 +277,10 @@ class ExecutionContext:
         coord = coordinator or Coordinator.default()
         claims = coord.codec.decode(token, now=coord.redis_now_ms() / 1000, tenant=coord.tenant)
         path = Path(claims.root, claims.path)
-        return cls._handle_from_redis(coord, path)
+        try:
+            return cls._handle_from_redis(coord, path)
+        except _UNREACHABLE as exc:
+            raise BackendUnavailableError("attach", exc) from exc
 
     @classmethod
     def spawn_from_token(
@@ -324,14 +327,15 @@ class ExecutionContext:
         """The current state of any context, from any process (including one stopped or
         closed: its state was persisted in Redis at every step)."""
         coord = coordinator or Coordinator.default()
-        root = coord.store.locate(chain_id)
-        if root is None:
-            raise ContextNotFoundError(chain_id)
-        h = coord.store.read_hash(root, chain_id)
-        if not h:
-            raise ContextNotFoundError(chain_id)
-        path = Path(root, tuple(h["path"].split(",")))
-        hashes, nodes, events, now = coord.store.read_state(path)
+        try:
+            root = coord.store.locate(chain_id)
+            h = coord.store.read_hash(root, chain_id) if root is not None else {}
+            if root is None or not h:
+                raise ContextNotFoundError(chain_id)
+            path = Path(root, tuple(h["path"].split(",")))
+            hashes, nodes, events, now = coord.store.read_state(path)
+        except _UNREACHABLE as exc:
+            raise BackendUnavailableError("load_snapshot", exc) from exc
         return _build_snapshot(path, hashes, nodes, events, now, [])
 
     def spawn_child(

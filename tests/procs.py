@@ -126,3 +126,49 @@ def token_agent(url: str, token: str, out: Any) -> None:
     agent.close()
     coord.close()
     out.put({"done": done, "refused": refused})
+
+
+def soak_agent(url: str, token: str, seed: int, seconds: float, ready: Any, out: Any
+               ) -> None:
+    """Spend for ``seconds`` through an attached child, riding out a Redis restart: calls
+    refused because Redis is away are retried after a pause; the agent ends when its
+    tree stops it or the time is up."""
+    rng = random.Random(seed)
+    coord = _coord(url, lease_ms=1500)
+    ctx = ExecutionContext.attach(token, coordinator=coord).spawn_child()
+    ready.put(seed)
+    counts = {"allowed": 0, "retry": 0, "halted": 0, "offline": 0}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        estimate = rng.choice([0.002, 0.005, 0.01])
+        actual = round(estimate * rng.uniform(0.3, 1.0), 6)
+        fail = rng.random() < 0.05
+
+        def body() -> None:
+            report_usage(cost_usd=actual, input_tokens=100, output_tokens=20,
+                         provider="openai")
+            if fail:
+                raise RuntimeError("provider 502")
+
+        d = ctx.wrap_llm_call(body, WrapOptions(cost_estimate_hint=estimate,
+                                                input_tokens_estimate=100,
+                                                max_output_tokens=50, provider="openai"))
+        if d == Decision.ALLOW:
+            counts["allowed"] += 1
+        elif d == Decision.RETRY:
+            counts["retry"] += 1
+        elif ctx.stop_reason is None:
+            counts["offline"] += 1  # Redis away (or a call that did not fit): try again
+            time.sleep(0.05)
+        else:
+            counts["halted"] += 1
+            break
+    while True:  # make sure every queued settle lands before reporting
+        try:
+            coord.store.flush()
+            break
+        except Exception:  # noqa: BLE001 - Redis may still be restarting
+            time.sleep(0.1)
+    ctx.close()
+    coord.close()
+    out.put(counts)
