@@ -23,7 +23,16 @@ class _Frozen(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    def __init__(self, **data: Any) -> None:
+    def __init__(self, *args: Any, **data: Any) -> None:
+        # The specifications write these as dataclasses: fields may come by position too.
+        names = list(type(self).model_fields)
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(names)} positional "
+                            f"arguments ({len(args)} given)")
+        for name, value in zip(names, args, strict=False):  # fewer args than fields
+            if name in data:
+                raise TypeError(f"{type(self).__name__} got multiple values for {name!r}")
+            data[name] = value
         try:
             super().__init__(**data)
         except ValidationError as exc:

@@ -376,3 +376,12 @@ def test_replayed_work_is_not_charged_twice(coord: Coordinator) -> None:
         for h in (first, second, third, task):
             h.close()
     check_tree(coord.client, root.chain_id)
+
+
+def test_models_take_the_specifications_positional_signatures() -> None:
+    assert ExecutionConfig(0.5, 10, 3, 15_000) == ExecutionConfig(
+        max_cost_usd=0.5, max_steps=10, max_retries_total=3, timeout_ms=15_000)
+    assert ChainMetadata("req", "chain", "acme").org_id == "acme"
+    assert WrapOptions("summarise", 0.02).cost_estimate_hint == 0.02
+    with pytest.raises(TypeError):
+        ExecutionConfig(0.5, 10, 3, max_cost_usd=1.0)
