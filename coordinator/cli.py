@@ -3,6 +3,9 @@
     budgetctl demo [--redis URL]       sub-agents on Celery workers under one ceiling
     budgetctl tree CHAIN_ID            a tree with spend against each ceiling
     budgetctl abort CHAIN_ID [REASON]  stop a context and its subtree, everywhere
+    budgetctl top                      trees still open, with spend against their ceiling
+    budgetctl spend [--day YYYY-MM-DD] spend of the trees closed that day (UTC) by org, team
+                                       and service (kept for the coordinator's retention)
 
 The Redis comes from ``--redis``, else ``BUDGET_REDIS_URL``, ``REDIS_URL``,
 ``redis://localhost:6379/0``.
@@ -78,6 +81,26 @@ def _abort(coord: Coordinator, chain_id: str, reason: str) -> str:
     return f"{chain_id} was already {res[1] if len(res) > 1 else 'stopped'}; nothing changed"
 
 
+def render_top(coord: Coordinator) -> list[str]:
+    """One line per tree still open: its root's spend against its ceiling."""
+    lines = []
+    for root in coord.store.active_roots():
+        h = coord.store.read_hash(root, root)
+        if h:
+            lines.append(_line(root, h))
+    return lines or ["no open trees"]
+
+
+def render_spend(coord: Coordinator, day: str | None = None) -> list[str]:
+    """Spend of the trees closed on ``day`` by org, team and service, largest first."""
+    lines = []
+    for label in ("org", "team", "service"):
+        view = coord.store.spend_view(label, day)
+        for value, micro in sorted(view.items(), key=lambda kv: -kv[1]):
+            lines.append(f"{label:8s} {value:30s} {_usd(micro)}")
+    return lines or ["no closed trees with org, team or service labels yet"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``budgetctl``."""
     parser = argparse.ArgumentParser(prog="budgetctl", description=__doc__.split("\n")[0])
@@ -90,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     abort = sub.add_parser("abort", help="stop a context and its subtree everywhere")
     abort.add_argument("chain_id")
     abort.add_argument("reason", nargs="?", default="aborted by budgetctl")
+    sub.add_parser("top", help="trees still open, with spend against their ceiling")
+    spend = sub.add_parser("spend", help="spend of closed trees by org, team and service")
+    spend.add_argument("--day", help="UTC day, YYYY-MM-DD (default: today)")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -100,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "tree":
             print("\n".join(render_tree(coord, args.chain_id)))
+        elif args.command == "top":
+            print("\n".join(render_top(coord)))
+        elif args.command == "spend":
+            print("\n".join(render_spend(coord, args.day)))
         else:
             print(_abort(coord, args.chain_id, args.reason))
     except ContextNotFoundError as exc:

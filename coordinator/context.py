@@ -451,7 +451,9 @@ class ExecutionContext:
         try:
             self._store.flush()
             if self._owner and self._open_args is None:
-                self._store.close(self._path, self._coord.retention_s)
+                m = self.metadata
+                self._store.close(self._path, self._coord.retention_s,
+                                  {"org": m.org_id, "team": m.team, "service": m.service})
         except _UNREACHABLE as exc:
             log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
                         "open leases will charge their estimates", self.chain_id, exc)

@@ -66,6 +66,11 @@ class KeySpace:
         """Cross-tree index: context id -> root id (a view, written outside the scripts)."""
         return f"{self.prefix}:where:{ctx_id}"
 
+    def spend_by(self, label: str, day: str) -> str:
+        """Cross-tree view: micro-USD of the trees closed on ``day`` (UTC, YYYY-MM-DD) by
+        ``org``, ``team`` or ``service``."""
+        return f"{self.prefix}:spend:{label}:{day}"
+
     @property
     def active_roots(self) -> str:
         """Cross-tree index: root ids of trees not yet closed, by creation time."""

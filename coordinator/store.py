@@ -460,9 +460,12 @@ class Store:
         args = [reason, detail, self.ks.abort_channel, path.root, path.ctx_id]
         return list(self._run(_Op("abort", keys, args)))
 
-    def close(self, path: Path, retention_s: int) -> None:
+    def close(self, path: Path, retention_s: int, labels: dict[str, str] | None = None
+              ) -> None:
         """Close a context, record its summary event and start the retention clock on its
-        keys, with the queued writes, in one round trip."""
+        keys, with the queued writes, in one round trip. Closing a root adds the tree's
+        spend to the cross-tree views named by ``labels`` (``org``, ``team``, ``service``:
+        dashboards; written after the script, outside the tree's slot)."""
         root = len(path.ids) == 1
         keys = [
             self.ks.ctx(path.root, path.ctx_id),
@@ -477,9 +480,29 @@ class Store:
                _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
         if root:
             ops.append(_Op("cmd", [], ["ZREM", self.ks.active_roots, path.root]))
-        for r in self._round_trip(ops):
+        results = self._round_trip(ops)
+        for r in results:
             if isinstance(r, Exception):
                 raise r
+        spent = int(results[0][2]) if results[0][0] == 1 else 0
+        views = {k: v for k, v in (labels or {}).items() if v} if root and spent else {}
+        if views:
+            day = time.strftime("%Y-%m-%d", time.gmtime())
+            pipe = self.client.pipeline(transaction=False)
+            for label, value in views.items():
+                pipe.hincrby(self.ks.spend_by(label, day), value, spent)
+                pipe.expire(self.ks.spend_by(label, day), retention_s)
+            pipe.execute()
+
+    def active_roots(self, limit: int = 50) -> list[str]:
+        """Root ids of trees not yet closed, oldest first."""
+        return [str(r) for r in self.client.zrange(self.ks.active_roots, 0, limit - 1)]
+
+    def spend_view(self, label: str, day: str | None = None) -> dict[str, int]:
+        """Micro-USD of the trees closed on ``day`` (UTC; default today) by ``label``."""
+        day = day or time.strftime("%Y-%m-%d", time.gmtime())
+        raw = self.client.hgetall(self.ks.spend_by(label, day))
+        return {str(k): int(v) for k, v in raw.items()}
 
     def renew_leases(self) -> None:
         """Extend the leases of this process's calls in flight (one round trip)."""

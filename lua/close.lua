@@ -10,7 +10,7 @@
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
 -- later reserves in it and below it halt. The context_summary SafetyEvent states spend,
 -- steps, time left before the deadline and tokens by direction and provider.
--- Returns {1, status} or {-1} if the context does not exist.
+-- Returns {1, status, micro-USD settled in its subtree} or {-1} if it does not exist.
 
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {-1} end
@@ -47,4 +47,4 @@ local event = cjson.encode({
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', 10000, '*', 'e', event)
 
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[1])) end
-return {1, status}
+return {1, status, n('u:usd')}
