@@ -14,6 +14,7 @@ from celery._state import get_current_task
 
 from coordinator.context import ExecutionContext, current_context
 
+from . import freeze
 from .retries import count_retry
 
 HEADER = "budget_context"
@@ -91,6 +92,8 @@ def _inject(headers: dict[str, Any], token: str, deadline: datetime | None) -> N
 def install(app: Celery | None = None) -> None:
     """Connect the propagation signal (idempotent). Call it once in every process that
     sends or runs contained tasks, e.g. next to ``app = Celery(...)``; the signal is
-    global, so it covers every app of the process."""
+    global, so it covers every app of the process. In worker processes it also freezes
+    the objects that exist once the worker is ready (see :mod:`worker.freeze`)."""
     signals.before_task_publish.connect(_before_publish, weak=False,
                                         dispatch_uid="budget_context.before_publish")
+    freeze.install()

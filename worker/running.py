@@ -33,6 +33,15 @@ def leave(token: CancellationToken) -> None:
     stopped body of this process has ended too."""
     with _cond:
         _running.remove(token)
-        _cond.notify_all()
-        if token.cancelled:
-            _cond.wait_for(lambda: not any(t.cancelled for t in _running), MAX_YIELD_S)
+        if not token.cancelled:
+            return
+        if not _stopped_left():
+            _cond.notify_all()  # the last stopped body: the others' bookkeeping may go on
+            return
+        # woken once, by the last one (waking every waiter at every exit would have them
+        # all fight the bodies still to stop for the GIL)
+        _cond.wait_for(lambda: not _stopped_left(), MAX_YIELD_S)
+
+
+def _stopped_left() -> bool:
+    return any(t.cancelled for t in _running)
