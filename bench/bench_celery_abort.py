@@ -12,8 +12,8 @@ two Celery workers, against Celery's own nearest mechanism, in the same run.
 
 Each task records when it observed the stop (same machine clock; the stamps are sent
 20 ms later, so that reporting them does not slow the tasks still to observe theirs); a
-trial's latency is the last observation minus the moment the stop was issued. Prints p50 and max over the
-trials.
+trial's latency is the last observation minus the moment the stop was issued. Prints
+p50 and max over the trials.
 """
 
 from __future__ import annotations

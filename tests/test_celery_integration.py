@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from celery.exceptions import TaskRevokedError
 from kombu import Connection
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, WrapOptions
+from coordinator.cancellation import CancellationToken
 from coordinator.embedded import RedisServer
 from coordinator.errors import TokenMalformedError
 from tests.celery_app_harness import TOKEN_KEYS, Workers
@@ -354,3 +356,26 @@ def test_a_redelivered_task_rejoins_its_context_and_the_lost_call_is_charged_onc
     ledger = cl.ledger(root)
     assert ledger["open"] == 0 and ledger["held"] == 0
     assert ledger["used"] == 300_000 + 100_000
+
+
+def test_a_stopped_body_waits_for_the_other_stopped_bodies_before_its_bookkeeping(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """worker.running: when a stop reaches several bodies of a process, the first out waits
+    (its result, ack and close would take the GIL) until the last stopped one is out; a
+    body that was not stopped never waits."""
+    from worker import running
+
+    monkeypatch.setattr(running, "MAX_YIELD_S", 30.0)  # only the last one releases it
+    first, second, bystander = (CancellationToken() for _ in range(3))
+    for token in (first, second, bystander):
+        running.enter(token)
+    first.cancel("aborted")
+    second.cancel("aborted")
+    waiting = threading.Thread(target=running.leave, args=(first,))
+    waiting.start()
+    running.leave(bystander)  # not stopped: returns at once
+    waiting.join(0.2)
+    assert waiting.is_alive()  # `second` is still running
+    running.leave(second)  # the last stopped body: releases `first` and does not wait
+    waiting.join(10)
+    assert not waiting.is_alive()

@@ -25,8 +25,8 @@ from coordinator.coordinator import Coordinator
 from coordinator.errors import ContextExistsError
 from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 
-from .errors import TaskStoppedError
 from . import running
+from .errors import TaskStoppedError
 from .interrupt import Armed
 from .propagation import incoming_token
 
@@ -63,15 +63,18 @@ def contained(
     interrupted with :class:`TaskInterrupted` (``interrupt=False``: it is only told,
     through ``current_cancellation_token()``, for bodies that stop cooperatively).
     """
-    # validate what was given now, at import time, not when the first task runs
-    ExecutionConfig(max_cost_usd=max_cost_usd or 1.0, max_steps=max_steps or 1,
-                    max_retries_total=max_retries_total or 1, timeout_ms=timeout_ms,
-                    token_budget=token_budget)
-    # a root's config is the same for every run: built once (None: a root cannot open)
-    root_config = (ExecutionConfig(max_cost_usd=max_cost_usd, max_steps=max_steps,
-                                   max_retries_total=max_retries_total,
-                                   timeout_ms=timeout_ms, token_budget=token_budget)
-                   if None not in (max_cost_usd, max_steps, max_retries_total) else None)
+    # Validate what was given now, at import time, not when the first task runs. A root's
+    # config is the same for every run: built once (None: without all three limits a
+    # root cannot open).
+    root_config: ExecutionConfig | None = None
+    if max_cost_usd is not None and max_steps is not None and max_retries_total is not None:
+        root_config = ExecutionConfig(max_cost_usd=max_cost_usd, max_steps=max_steps,
+                                      max_retries_total=max_retries_total,
+                                      timeout_ms=timeout_ms, token_budget=token_budget)
+    else:
+        ExecutionConfig(max_cost_usd=max_cost_usd or 1.0, max_steps=max_steps or 1,
+                        max_retries_total=max_retries_total or 1, timeout_ms=timeout_ms,
+                        token_budget=token_budget)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
@@ -103,7 +106,7 @@ def contained(
                     coord.store.flush()  # the body's spend is visible before its result
                 except redis.RedisError as exc:
                     log.warning("flushing %s: %s (retried at close)", ctx.chain_id, exc)
-                _close_after_result(coord, ctx, request)
+                _close_after_result(ctx)
 
         return cast(F, run)
 
@@ -113,14 +116,10 @@ def contained(
 _finished = threading.local()
 
 
-def _close_after_result(coord: Coordinator, ctx: ExecutionContext, request: Any) -> None:
+def _close_after_result(ctx: ExecutionContext) -> None:
     """Close ``ctx`` (one round trip) once the task's result is stored, off the path of
-    the caller waiting for it: at ``task_postrun``, which Celery's tracer sends after the
-    result, in this thread. A body called directly (``task()`` outside the tracer) gets
-    no ``task_postrun`` of its own: its context closes on the coordinator's timer thread."""
-    if request.called_directly:
-        coord.call_later(0, ctx.close)
-        return
+    the caller waiting for it: at ``task_postrun``, which Celery's tracer (worker or
+    ``apply()``) sends after the result, in this thread."""
     pending: list[ExecutionContext] | None = getattr(_finished, "contexts", None)
     if pending is None:
         pending = _finished.contexts = []
