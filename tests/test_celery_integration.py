@@ -379,3 +379,12 @@ def test_a_stopped_body_waits_for_the_other_stopped_bodies_before_its_bookkeepin
     running.leave(second)  # the last stopped body: releases `first` and does not wait
     waiting.join(10)
     assert not waiting.is_alive()
+
+
+def test_calling_a_contained_task_directly_says_to_send_it(coord: Coordinator) -> None:
+    """``task()`` runs the body in the caller, with no message and no task id: the
+    decorator refuses it clearly (before, an invalid-metadata error named an empty id)."""
+    from tests.celery_app import solo
+
+    with pytest.raises(RuntimeError, match="through Celery"):
+        solo()

@@ -80,7 +80,8 @@ def contained(
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             task = get_current_task()
-            if task is None:  # called as a plain function, outside Celery
+            # called as a plain function, or as ``task()``: no message, no task id
+            if task is None or task.request.called_directly:
                 raise RuntimeError(f"{fn.__name__} is a @contained Celery task; call it "
                                    f"through Celery (delay, apply_async, apply)")
             request = task.request
