@@ -180,15 +180,26 @@ def awaiting(self: Any, estimate: float) -> str:
 @app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
 @contained()
 def resumable(self: Any) -> dict[str, Any]:
-    """First delivery: holds $0.30 in a call that never ends (its process gets killed);
-    the redelivered message makes one $0.10 call and returns."""
+    """The same two calls in every delivery: a $0.10 call that settles, then a call that
+    never ends in the first delivery (its process gets killed) and costs $0.05 when the
+    redelivered message replays it. Every run of a call body is counted in Redis."""
     m = marks()
     m.rpush("started", f"{self.request.id}:{os.getpid()}")
     ctx = current_context()
     assert ctx is not None
-    if m.incr(f"deliveries:{self.request.id}") == 1:
-        ctx.wrap_llm_call(lambda: time.sleep(60),
-                          WrapOptions(operation_name="killed call", cost_estimate_hint=0.30))
-    ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.10),
-                      WrapOptions(operation_name="second delivery", cost_estimate_hint=0.10))
+    delivery = m.incr(f"deliveries:{self.request.id}")
+
+    def first_call() -> None:
+        m.incr(f"runs:first:{self.request.id}")
+        report_usage(cost_usd=0.10)
+
+    def second_call() -> None:
+        m.incr(f"runs:second:{self.request.id}")
+        if delivery == 1:
+            time.sleep(60)
+        report_usage(cost_usd=0.05)
+
+    ctx.wrap_llm_call(first_call, WrapOptions(operation_name="settles", cost_estimate_hint=0.10))
+    ctx.wrap_llm_call(second_call,
+                      WrapOptions(operation_name="killed, replayed", cost_estimate_hint=0.30))
     return _where()

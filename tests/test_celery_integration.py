@@ -337,25 +337,30 @@ def test_a_sigkilled_workers_reservation_is_reclaimed(redis_cluster: Cluster) ->
 
 
 @pytest.mark.slow
-def test_a_redelivered_task_rejoins_its_context_and_the_lost_call_is_charged_once(
-        redis_cluster: Cluster) -> None:
+def test_a_redelivered_task_charges_each_call_once(redis_cluster: Cluster) -> None:
+    """acks_late redelivery after a SIGKILL: the body replays in the same context; the call
+    that settled in the first delivery is neither run nor charged again, and the call that
+    was cut short is settled once, by its replay."""
     cl = redis_cluster
     with cl.root(cost=5.0) as root:
         res = cl.sig("resumable").apply_async()
         deadline = time.monotonic() + 30
-        while not cl.marks.llen("started"):
+        while not cl.marks.get(f"runs:second:{res.id}"):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         time.sleep(0.3)
         os.kill(int(cl.marks.lindex("started", 0).split(":")[1]), signal.SIGKILL)
         out = res.get(timeout=60)  # acks_late + reject_on_worker_lost: delivered again
-        time.sleep(1.5)  # past the lease of the killed call
-        assert root.wrap_llm_call(lambda: None) == Decision.ALLOW  # reaps it
+        time.sleep(1.5)  # past any lease: nothing is left to reap
+        assert root.wrap_llm_call(lambda: None) == Decision.ALLOW
     assert out["path"] == [root.chain_id, res.id]  # the same context as the first delivery
     assert cl.coord.store.children(root.root_id, root.chain_id) == [res.id]
+    assert cl.marks.get(f"deliveries:{res.id}") == "2"
+    assert cl.marks.get(f"runs:first:{res.id}") == "1"   # not replayed: it had settled
+    assert cl.marks.get(f"runs:second:{res.id}") == "2"  # cut short, then replayed
     ledger = cl.ledger(root)
     assert ledger["open"] == 0 and ledger["held"] == 0
-    assert ledger["used"] == 300_000 + 100_000
+    assert ledger["used"] == 100_000 + 50_000
 
 
 def test_a_stopped_body_waits_for_the_other_stopped_bodies_before_its_bookkeeping(

@@ -96,6 +96,9 @@ def contained(
             token = incoming_token(request)
             ctx, rejoined = _open(coord, token, meta, root_config, max_cost_usd, max_steps,
                                   max_retries_total, timeout_ms, token_budget)
+            # A redelivered message (acks_late) replays the body in the same context:
+            # call keys make each call count once across deliveries.
+            ctx.enable_call_keys()
             try:
                 # The body runs in a copy of the caller's contextvars with the context
                 # entered: nothing to reset afterwards.
