@@ -17,6 +17,7 @@ import binascii
 import hashlib
 import hmac
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from .errors import (
 )
 
 VERSION = 1
+_VERIFIED_CACHE = 1024
 MAX_TOKEN_BYTES = 4096
 CLOCK_SKEW_S = 60
 MIN_SECRET_BYTES = 16
@@ -113,6 +115,10 @@ class TokenCodec:
                                  f"{MIN_SECRET_BYTES} bytes")
         self._keys = dict(keys)
         self._signing_kid = next(iter(self._keys))
+        # Tokens already verified (fan-out children all carry their parent's token);
+        # bounded, oldest out first.
+        self._verified: dict[str, TokenClaims] = {}
+        self._verified_lock = threading.Lock()
 
     @property
     def signing_kid(self) -> str:
@@ -154,6 +160,24 @@ class TokenCodec:
                 raise TokenMalformedError("not ASCII") from None
         if not isinstance(token, str):
             raise TokenMalformedError(f"expected a string, got {type(token).__name__}")
+        claims = self._verified.get(token)
+        if claims is None:
+            claims = self._verify(token)
+            with self._verified_lock:
+                if len(self._verified) >= _VERIFIED_CACHE:
+                    self._verified.pop(next(iter(self._verified)))
+                self._verified[token] = claims
+        # Time and tenant are checked on every use, cached or not.
+        if now > claims.expires + CLOCK_SKEW_S:
+            raise TokenExpiredError(f"expired {int(now - claims.expires)} s ago")
+        if claims.issued > now + CLOCK_SKEW_S:
+            raise TokenNotYetValidError(f"issued {int(claims.issued - now)} s in the future")
+        if tenant is not None and claims.tenant != tenant:
+            raise TenantMismatchError(f"token tenant {claims.tenant!r} is not {tenant!r}")
+        return claims
+
+    def _verify(self, token: str) -> TokenClaims:
+        """Signature and shape of a token (everything but time and tenant)."""
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenTooLargeError(len(token), MAX_TOKEN_BYTES)
         body, sep, sig_text = token.partition(".")
@@ -175,12 +199,6 @@ class TokenCodec:
         if not hmac.compare_digest(want, sig):
             raise TokenSignatureError("signature mismatch")
         ids = _check_claims(root, ctx, path, ten, issued, expires)
-        if now > expires + CLOCK_SKEW_S:
-            raise TokenExpiredError(f"expired {int(now - expires)} s ago")
-        if issued > now + CLOCK_SKEW_S:
-            raise TokenNotYetValidError(f"issued {int(issued - now)} s in the future")
-        if tenant is not None and ten != tenant:
-            raise TenantMismatchError(f"token tenant {ten!r} is not {tenant!r}")
         return TokenClaims(root, ctx, ids, ten, issued, expires, kid)
 
 

@@ -39,7 +39,7 @@ from coordinator.errors import (
     TokenVersionError,
     UnknownKeyError,
 )
-from coordinator.tokens import MAX_TOKEN_BYTES, TokenCodec, parse_keys
+from coordinator.tokens import CLOCK_SKEW_S, MAX_TOKEN_BYTES, TokenCodec, parse_keys
 
 from .conftest import TEST_KEYS
 
@@ -370,3 +370,15 @@ def test_rediss_tls_with_an_acl_user_works_through_the_url(tmp_path: Any) -> Non
             except ConnectionResetError:
                 answer = b""
             assert not answer.startswith(b"+PONG")
+
+
+def test_a_cached_token_is_still_checked_for_time_and_tenant() -> None:
+    codec = TokenCodec({"k": b"0123456789abcdef-secret"})
+    token = codec.encode(root="r", path=("r", "c"), tenant="a", ttl_s=60, now=1000.0)
+    assert codec.decode(token, now=1001.0, tenant="a").context == "c"  # now cached
+    with pytest.raises(TenantMismatchError):
+        codec.decode(token, now=1001.0, tenant="b")
+    with pytest.raises(TokenExpiredError):
+        codec.decode(token, now=1000.0 + 60 + CLOCK_SKEW_S + 1, tenant="a")
+    with pytest.raises(TokenNotYetValidError):
+        codec.decode(token, now=1000.0 - CLOCK_SKEW_S - 1, tenant="a")
