@@ -90,7 +90,7 @@ class CircuitBreaker:
         self._recovery_ms = max(1, round(recovery_timeout_s * 1000))
         self._coord = coordinator or Coordinator.default()
         self.key = f"{self._coord.keyspace.prefix}:{{brk:{name}}}:state"
-        self.scripts = ShieldScripts(self._coord.client)
+        self.scripts = ShieldScripts(self._coord.store)
         # Per thread / asyncio task: what the last check saw, and a verdict fetched ahead
         # of check() in the same round trip as a window hook's check.
         self._ticket: ContextVar[_Ticket | None] = ContextVar(f"brk-ticket:{name}",

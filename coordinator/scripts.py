@@ -9,7 +9,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew")
+SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
+                "breaker_check", "breaker_record", "window")
 
 
 def lua_dir() -> Path:

@@ -446,6 +446,17 @@ class Store:
         with self._lock:
             self._pending.append(_Op("xadd", [key], [field_name, value]))
 
+    def run_scripts(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]
+                    ) -> list[Any]:
+        """Run named scripts (name, KEYS, ARGV) in one round trip with the queued writes;
+        results in order. A script error is raised (the shield's scripts use this)."""
+        results = self._round_trip([_Op(name, list(keys), list(args))
+                                    for name, keys, args in calls])
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return results
+
     def publish_ledger(self, path: Path, event_json: str) -> None:
         """Append a ledger event to the tree's stream and publish it (one round trip)."""
         pipe = self.client.pipeline(transaction=False)

@@ -97,7 +97,7 @@ class BudgetWindowHook(RecordingHook):
         self._max_micro = usd_to_micro(max_usd) if max_usd is not None else 0
         self._degrade_micro = math.floor(self._max_micro * self.degrade_at + 1e-9)
         self._coord = coordinator or Coordinator.default()
-        self.scripts = ShieldScripts(self._coord.client)
+        self.scripts = ShieldScripts(self._coord.store)
         super().__init__(pipeline)
 
     def __repr__(self) -> str:
@@ -146,7 +146,7 @@ class BudgetWindowHook(RecordingHook):
 
     def _breaker_sharing_round_trip(self) -> CircuitBreaker | None:
         b = self.circuit_breaker
-        return b if b is not None and b.scripts.client is self.scripts.client else None
+        return b if b is not None and b.scripts.store is self.scripts.store else None
 
     def _before(self, ctx: ToolCallContext) -> Decision | None:
         if ctx.kind not in self.kinds:
