@@ -93,10 +93,6 @@ class RedisServer:
             self.proc.wait()
             self.proc = None
 
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
     def __enter__(self) -> RedisServer:
         return self.start()
 

@@ -529,9 +529,6 @@ class Store:
         if any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
             self.scripts.load()
 
-    def forget_inflight(self, res_id: str) -> None:
-        self._inflight.pop(res_id, None)
-
     # -- reads ---------------------------------------------------------------------------
 
     def locate(self, ctx_id: str) -> str | None:

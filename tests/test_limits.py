@@ -318,3 +318,26 @@ def test_k_agents_in_processes_share_one_token_budget(coord: Coordinator, redis_
         assert sum(r["done"] for r in results) == 2
         assert snap.tokens.reserved == 0
     check_tree(coord.client, root.chain_id)
+
+
+def test_async_twins_evaluate_and_wrap_tools(coord: Coordinator) -> None:
+    import asyncio
+
+    async def llm() -> str:
+        report_usage(input_tokens=40, output_tokens=10, provider="openai")
+        return "hello"
+
+    async def tool() -> None:
+        await asyncio.sleep(0)
+
+    async def main() -> tuple[str, Decision]:
+        async with ExecutionContext(config(token_budget=TokenBudget(total=100))) as ctx:
+            text = await ctx.aevaluate(llm, openai_call(40, 20))
+            decision = await ctx.awrap_tool_call(tool)
+            with pytest.raises(PromptEvaluationError) as err:
+                await ctx.aevaluate(llm, openai_call(40, 20))  # 50 + 60 > 100
+            assert err.value.phase == "token_budget"
+            assert ctx.get_snapshot().tokens.total == 50
+            return text, decision
+
+    assert asyncio.run(main()) == ("hello", Decision.ALLOW)
