@@ -124,8 +124,9 @@ class Coordinator:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Coordinator:
         """Connect to ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
-        users). Token keys come from ``BUDGET_TOKEN_KEYS`` unless ``token_keys`` is given;
-        the tenant from ``BUDGET_TENANT`` unless ``tenant`` is given."""
+        users). Unless given here, token keys come from ``BUDGET_TOKEN_KEYS``, the tenant
+        from ``BUDGET_TENANT``, the lease from ``BUDGET_LEASE_MS`` and the retention of
+        closed trees from ``BUDGET_RETENTION_S``."""
         client = redis.Redis.from_url(
             url, decode_responses=True, socket_connect_timeout=2.0, socket_timeout=5.0,
             health_check_interval=30,
@@ -133,8 +134,9 @@ class Coordinator:
         if "token_keys" not in kwargs and os.environ.get("BUDGET_TOKEN_KEYS"):
             kwargs["token_keys"] = parse_keys(os.environ["BUDGET_TOKEN_KEYS"])
         kwargs.setdefault("tenant", os.environ.get("BUDGET_TENANT", ""))
-        if "lease_ms" not in kwargs and os.environ.get("BUDGET_LEASE_MS"):
-            kwargs["lease_ms"] = int(os.environ["BUDGET_LEASE_MS"])
+        for env, name in (("BUDGET_LEASE_MS", "lease_ms"), ("BUDGET_RETENTION_S", "retention_s")):
+            if name not in kwargs and os.environ.get(env):
+                kwargs[name] = int(os.environ[env])
         return cls(client, **kwargs)
 
     @classmethod

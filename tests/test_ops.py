@@ -29,3 +29,18 @@ def test_top_and_spend_views(coord: Coordinator, redis_url: str,
     assert main(["--redis", redis_url, "spend"]) == 0
     out = capsys.readouterr().out
     assert "acme" in out and "$0.2500" in out and "summariser" in out
+
+
+def test_retention_and_lease_come_from_the_environment(redis_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUDGET_RETENTION_S", "120")
+    monkeypatch.setenv("BUDGET_LEASE_MS", "5000")
+    coord = Coordinator.from_url(redis_url, token_keys={"k": b"0123456789abcdef0"})
+    try:
+        assert coord.retention_s == 120 and coord.store.lease_ms == 5000
+        with ExecutionContext(CONFIG, coordinator=coord) as run:
+            run.wrap_llm_call(lambda: None)
+        key = coord.keyspace.ctx(run.chain_id, run.chain_id)
+        assert 0 < coord.client.ttl(key) <= 120  # the closed tree expires after it
+    finally:
+        coord.close()
