@@ -13,7 +13,9 @@ One process, one loopback redis-server started here, variants interleaved round 
 Besides the timing ratio, the round trips each call sends on the caller's thread are
 counted exactly (background flushes excluded).
 
-Run: .venv/bin/python bench/bench_shield.py [--calls 2000] [--rounds 7]
+Run: .venv/bin/python bench/bench_shield.py [--calls 3000]
+
+Variants are interleaved call by call; figures are per-call medians.
 """
 
 from __future__ import annotations
@@ -53,11 +55,16 @@ def _counting_send(self: AbstractConnection, command: Any, check_health: bool = 
     _send(self, command, check_health)
 
 
-def per_call_us(fn: Callable[[], object], n: int) -> float:
-    start = time.perf_counter()
+def sample_us(variants: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:
+    """n timings of each variant, interleaved call by call (drift hits all alike)."""
+    out: dict[str, list[float]] = {k: [] for k in variants}
+    clock = time.perf_counter
     for _ in range(n):
-        fn()
-    return (time.perf_counter() - start) / n * 1e6
+        for name, fn in variants.items():
+            start = clock()
+            fn()
+            out[name].append((clock() - start) * 1e6)
+    return out
 
 
 def round_trips(fn: Callable[[], object], n: int = 200) -> float:
@@ -69,8 +76,7 @@ def round_trips(fn: Callable[[], object], n: int = 200) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=3000)
     args = ap.parse_args()
     AbstractConnection.send_packed_command = _counting_send  # type: ignore[method-assign]
 
@@ -108,13 +114,9 @@ def main() -> None:
             "unshared": lambda: unshared.wrap_llm_call(_noop),
             "usd": lambda: usd.wrap_llm_call(spend, usd_opts),
         }
-        for fn in variants.values():  # warm up
-            per_call_us(fn, 200)
+        sample_us(variants, 200)  # warm up
         trips = {name: round_trips(fn) for name, fn in variants.items()}
-        samples: dict[str, list[float]] = {k: [] for k in variants}
-        for _ in range(args.rounds):
-            for name, fn in variants.items():
-                samples[name].append(per_call_us(fn, args.calls))
+        samples = sample_us(variants, args.calls)
         med = {k: statistics.median(v) for k, v in samples.items()}
         for ctx in (plain, shield, unshared, usd):
             ctx.close()
@@ -122,7 +124,7 @@ def main() -> None:
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, redis-server on loopback; "
-          f"{args.rounds} rounds x {args.calls} calls, medians")
+          f"{args.calls} interleaved calls of each, per-call medians")
     print(f"  {'variant':9s} {'us/call':>8s}  {'/ raw':>6s}  round trips sent per call")
     for name, us in med.items():
         print(f"  {name:9s} {us:8.1f}  {us / med['raw']:6.2f}  {trips[name]:.2f}")
