@@ -459,6 +459,24 @@ class ExecutionContext:
                         "open leases will charge their estimates", self.chain_id, exc)
         self._coord.unregister(self)
 
+    def detach(self) -> None:
+        """Let go of this handle without closing the context: flush this process's writes
+        and start the retention clock on the context's keys, but leave it open for work
+        still running under it elsewhere (sub-tasks sent by a task that has returned).
+        Its tree's root closing still ends it. Idempotent; ``close`` after it is a no-op."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._open_args is None:
+                self._store.expire_context(self._path, self._coord.retention_s)
+            else:
+                self._store.flush()
+        except _UNREACHABLE as exc:
+            log.warning("detaching %s: Redis unavailable (%s); queued writes stay queued",
+                        self.chain_id, exc)
+        self._coord.unregister(self)
+
     # -- stops ---------------------------------------------------------------------------
 
     def _on_stop(self, reason: str) -> None:

@@ -505,6 +505,17 @@ class Store:
                 pipe.expire(self.ks.spend_by(label, day), retention_s)
             pipe.execute()
 
+    def expire_context(self, path: Path, retention_s: int) -> None:
+        """Start the retention clock on a context's keys without closing it (work may
+        still run under it), with the queued writes, in one round trip."""
+        ops = [_Op("cmd", [], ["EXPIRE", key, retention_s]) for key in (
+            self.ks.ctx(path.root, path.ctx_id), self.ks.nodes(path.root, path.ctx_id),
+            self.ks.events(path.root, path.ctx_id), self.ks.kids(path.root, path.ctx_id),
+            self.ks.locator(path.ctx_id))]
+        for r in self._round_trip(ops):
+            if isinstance(r, Exception):
+                raise r
+
     def active_roots(self, limit: int = 50) -> list[str]:
         """Root ids of trees not yet closed, oldest first."""
         return [str(r) for r in self.client.zrange(self.ks.active_roots, 0, limit - 1)]

@@ -77,10 +77,16 @@ def collect(self: Any, results: list[dict[str, Any]]) -> dict[str, Any]:
 @app.task(bind=True)
 @contained()
 def fan_out(self: Any, n: int) -> list[dict[str, Any]]:
-    """Send n probes from inside a contained task and wait for them (its context closes
-    when it returns: tasks it sent must run before that)."""
+    """Send n probes from inside a contained task and wait for them."""
     sent = [probe.delay() for _ in range(n)]
     return [r.get(timeout=30, disable_sync_subtasks=False) for r in sent]
+
+
+@app.task(bind=True)
+@contained()
+def fire_and_forget(self: Any, n: int, cost: float) -> list[str]:
+    """Send n sub-agents and return at once: they start after this body returned."""
+    return [llm_agent.delay(1, cost).id for _ in range(n)]
 
 
 @app.task(bind=True)

@@ -337,6 +337,22 @@ def test_a_sigkilled_workers_reservation_is_reclaimed(redis_cluster: Cluster) ->
 
 
 @pytest.mark.slow
+def test_sub_tasks_sent_by_a_task_that_returned_still_run_under_it(
+        redis_cluster: Cluster) -> None:
+    """A body that sends sub-tasks and returns leaves its context open for them (closing
+    it would halt them with "closed"); the spend rolls up through it to the root."""
+    cl = redis_cluster
+    with cl.root(cost=1.0) as root:
+        parent = cl.sig("fire_and_forget", 3, 0.05).apply_async()
+        ids = parent.get(timeout=30)
+        results = [cl.app.AsyncResult(i).get(timeout=30) for i in ids]
+        assert [r["calls"] for r in results] == [1, 1, 1]
+        assert all(r["path"] == [root.chain_id, parent.id, r["chain_id"]] for r in results)
+        assert root.get_snapshot().cost_usd_accumulated == pytest.approx(0.15)
+    ledger = cl.ledger(root)
+    assert ledger["open"] == 0 and ledger["held"] == 0 and ledger["used"] == 150_000
+
+
 def test_a_redelivered_task_charges_each_call_once(redis_cluster: Cluster) -> None:
     """acks_late redelivery after a SIGKILL: the body replays in the same context; the call
     that settled in the first delivery is neither run nor charged again, and the call that

@@ -385,3 +385,17 @@ def test_models_take_the_specifications_positional_signatures() -> None:
     assert WrapOptions("summarise", 0.02).cost_estimate_hint == 0.02
     with pytest.raises(TypeError):
         ExecutionConfig(0.5, 10, 3, max_cost_usd=1.0)
+
+
+def test_detach_leaves_the_context_open_with_expiring_keys(coord: Coordinator) -> None:
+    with ExecutionContext(config()) as root:
+        mid = root.spawn_child()
+        token = mid.token
+        mid.detach()  # e.g. a task that sent sub-tasks and returned
+        assert coord.client.ttl(coord.keyspace.ctx(root.chain_id, mid.chain_id)) > 0
+        late = ExecutionContext.spawn_from_token(token)
+        assert late.wrap_llm_call(lambda: report_usage(cost_usd=0.1)) == Decision.ALLOW
+        assert ExecutionContext.load_snapshot(mid.chain_id).status == "running"
+        late.close()
+    assert late.wrap_llm_call(lambda: None) == Decision.HALT  # the root's close ends it
+    assert ExecutionContext.load_snapshot(mid.chain_id).status == "closed"

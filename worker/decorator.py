@@ -28,7 +28,7 @@ from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 from . import running
 from .errors import TaskStoppedError
 from .interrupt import Armed
-from .propagation import incoming_token
+from .propagation import incoming_token, sent_tasks
 
 log = logging.getLogger("coordinator.worker")
 
@@ -133,7 +133,14 @@ def _close_after_result(ctx: ExecutionContext) -> None:
 def _close_finished(**_: Any) -> None:
     pending: list[ExecutionContext] | None = getattr(_finished, "contexts", None)
     while pending:
-        pending.pop().close()  # close() logs and keeps writes queued if Redis is down
+        ctx = pending.pop()
+        # A body that sent sub-tasks leaves its context open for them (they may start
+        # after it returned); its keys still expire, and its root's close still ends it.
+        # close() and detach() log and keep writes queued if Redis is down.
+        if sent_tasks(ctx):
+            ctx.detach()
+        else:
+            ctx.close()
 
 
 # connected at import, before any worker builds its tracers (they snapshot the receivers)

@@ -59,6 +59,11 @@ def _before_publish(sender: Any = None, headers: dict[str, Any] | None = None,
         _inject(headers, incoming, None)
 
 
+def sent_tasks(ctx: ExecutionContext) -> bool:
+    """Whether a task was sent while ``ctx`` was current (in this process)."""
+    return ctx in _tokens
+
+
 def _token_of(ctx: ExecutionContext) -> str:
     """``ctx.token``, minted at most once a minute per context (a fan-out of many sends
     signs once). A token expires at the context's deadline or a day after it is minted,
