@@ -18,8 +18,9 @@ import argparse
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable
+
+from timing import sample_us  # bench/timing.py
 
 from coordinator import (
     Coordinator,
@@ -29,18 +30,6 @@ from coordinator import (
     WrapOptions,
 )
 from coordinator.embedded import RedisServer
-
-
-def sample_us(variants: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:
-    """n timings of each variant, interleaved call by call."""
-    out: dict[str, list[float]] = {k: [] for k in variants}
-    clock = time.perf_counter
-    for _ in range(n):
-        for name, fn in variants.items():
-            start = clock()
-            fn()
-            out[name].append((clock() - start) * 1e6)
-    return out
 
 
 def main() -> None:

@@ -25,11 +25,11 @@ import os
 import platform
 import statistics
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from redis.connection import AbstractConnection
+from timing import sample_us  # bench/timing.py
 
 from coordinator import (
     ChainMetadata,
@@ -53,18 +53,6 @@ def _counting_send(self: AbstractConnection, command: Any, check_health: bool = 
     if threading.current_thread() is threading.main_thread():
         _sent["n"] += 1
     _send(self, command, check_health)
-
-
-def sample_us(variants: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:
-    """n timings of each variant, interleaved call by call (drift hits all alike)."""
-    out: dict[str, list[float]] = {k: [] for k in variants}
-    clock = time.perf_counter
-    for _ in range(n):
-        for name, fn in variants.items():
-            start = clock()
-            fn()
-            out[name].append((clock() - start) * 1e6)
-    return out
 
 
 def round_trips(fn: Callable[[], object], n: int = 200) -> float:
