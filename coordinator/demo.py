@@ -176,14 +176,19 @@ def _watch(coord: Coordinator, root: ExecutionContext, expected: int, out: TextI
     return kids
 
 
+def _orchestrator(coord: Coordinator, max_cost_usd: float) -> ExecutionContext:
+    """A fresh root context for one scenario."""
+    meta = ChainMetadata(request_id=uuid.uuid4().hex, chain_id=f"demo-{uuid.uuid4().hex[:8]}",
+                         service="orchestrator")
+    return ExecutionContext(ExecutionConfig(max_cost_usd=max_cost_usd, max_steps=500,
+                                            max_retries_total=20),
+                            metadata=meta, coordinator=coord)
+
+
 def _scenario_ceiling(coord: Coordinator, sub_agent: Any, out: TextIO) -> None:
     print("\n== Scenario 1: 12 sub-agents (gpt-4o, cap $0.12 each) under one $0.60 "
           "ceiling, on 2 Celery workers", file=out)
-    meta = ChainMetadata(request_id=uuid.uuid4().hex, chain_id=f"demo-{uuid.uuid4().hex[:8]}",
-                         service="orchestrator")
-    with ExecutionContext(ExecutionConfig(max_cost_usd=0.60, max_steps=500,
-                                          max_retries_total=20),
-                          metadata=meta, coordinator=coord) as root:
+    with _orchestrator(coord, 0.60) as root:
         for role in ROLES:
             sub_agent.delay(role, 6, "gpt-4o", 0.4)
         _watch(coord, root, len(ROLES), out)
@@ -197,11 +202,7 @@ def _scenario_ceiling(coord: Coordinator, sub_agent: Any, out: TextIO) -> None:
 def _scenario_abort(coord: Coordinator, sub_agent: Any, out: TextIO) -> None:
     print("\n== Scenario 2: abort the orchestrator while 6 sub-agents are mid-call "
           "(claude-sonnet-4, ~1.5 s per call)", file=out)
-    meta = ChainMetadata(request_id=uuid.uuid4().hex, chain_id=f"demo-{uuid.uuid4().hex[:8]}",
-                         service="orchestrator")
-    with ExecutionContext(ExecutionConfig(max_cost_usd=5.00, max_steps=500,
-                                          max_retries_total=20),
-                          metadata=meta, coordinator=coord) as root:
+    with _orchestrator(coord, 5.00) as root:
         for role in ROLES[:6]:
             sub_agent.delay(role, 10, "claude-sonnet-4", 1.5)
         deadline = time.monotonic() + 60
