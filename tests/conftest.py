@@ -9,8 +9,8 @@ import redis
 
 from coordinator import Coordinator
 from coordinator.embedded import RedisServer
+from tests.procs import TEST_KEYS  # the same keys in the processes the tests start
 
-TEST_KEYS = {"test": b"test-secret-0123456789abcdef"}
 
 
 @pytest.fixture(scope="session")
