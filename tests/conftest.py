@@ -12,7 +12,6 @@ from coordinator.embedded import RedisServer
 from tests.procs import TEST_KEYS  # the same keys in the processes the tests start
 
 
-
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One redis-server for the session (tests that kill or pause Redis start their own)."""
