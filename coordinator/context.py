@@ -129,6 +129,12 @@ class _Call:
     collector: UsageCollector = field(default_factory=UsageCollector)
     parent_node: str | None = None
     reserved: bool = True
+    held: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        """``held``: the reserved amounts by dimension."""
+        a = self.amounts
+        self.held = {str(a[i]): int(a[i + 1]) for i in range(0, len(a), 2)}
 
 
 class ExecutionContext:
@@ -764,7 +770,7 @@ class ExecutionContext:
 
         Reported or response-carried usage wins; tokens are priced when no cost came
         with them; what stays unknown is charged at the estimate (or 0)."""
-        est = call.amounts
+        est = call.held
         cost: int | None = None
         tin = tout = 0
         if usage is not None:
@@ -781,9 +787,9 @@ class ExecutionContext:
                     cost = usd_to_micro(priced) if priced is not None else None
         if default_to_estimate:
             if cost is None:
-                cost = held_amount(est, "usd")
+                cost = est.get("usd", 0)
             if usage is None or not usage.has_tokens:
-                tin, tout = held_amount(est, "tin"), held_amount(est, "tout")
+                tin, tout = est.get("tin", 0), est.get("tout", 0)
         provider = (usage.provider if usage else None) or call.options.provider
         return cost or 0, tin, tout, provider
 
@@ -800,7 +806,8 @@ class ExecutionContext:
         finally:  # the money is spent whatever a hook does
             if call.reserved:
                 amounts = actual_amounts(cost, tin, tout, provider)
-                within = all(int(amounts[i + 1]) <= held_amount(call.amounts, str(amounts[i]))
+                held = call.held
+                within = all(int(amounts[i + 1]) <= held.get(str(amounts[i]), 0)
                              for i in range(0, len(amounts), 2))
                 node = self._node(call, "ok", cost_micro=cost, tin=tin, tout=tout,
                                   usage=usage)

@@ -14,7 +14,9 @@ from .models import ExecutionConfig, TokenBudget, TokenTotals, WrapOptions
 
 MICRO = 1_000_000
 
-# Token dimensions as stored in Redis, and the names users see.
+# Token dimensions as limited in Redis, and the names users see. Only the directions are
+# counted (u: used, h: held); a total is always their sum, so its limit (l:ttot,
+# l:<provider>.ttot) is checked against tin + tout and no total counter is kept.
 TOKEN_DIMS = {"ttot": "total", "tin": "input", "tout": "output"}
 _FIELD_DIM = {v: k for k, v in TOKEN_DIMS.items()}
 
@@ -106,17 +108,11 @@ def reserve_amounts(options: WrapOptions) -> list[str | int]:
     The worst case is held: the cost estimate (rounded up), one step, the projected
     input tokens and the call's ``max_output_tokens``.
     """
-    tin = options.input_tokens_estimate or 0
-    tout = options.max_output_tokens or 0
     pairs: list[str | int] = [
         "usd", usd_to_micro(options.cost_estimate_hint, round_up=True), "steps", 1,
     ]
-    if tin or tout:
-        pairs += ["tin", tin, "tout", tout, "ttot", tin + tout]
-        if options.provider:
-            p = options.provider
-            pairs += [f"{p}.tin", tin, f"{p}.tout", tout, f"{p}.ttot", tin + tout]
-    return pairs
+    return pairs + _token_pairs(options.input_tokens_estimate or 0,
+                                options.max_output_tokens or 0, options.provider)
 
 
 def actual_amounts(
@@ -124,13 +120,17 @@ def actual_amounts(
 ) -> list[str | int]:
     """ARGV pairs (dimension, amount) of what a call actually spent."""
     pairs: list[str | int] = ["usd", cost_micro]
-    if input_tokens or output_tokens:
-        total = input_tokens + output_tokens
-        pairs += ["tin", input_tokens, "tout", output_tokens, "ttot", total]
-        if provider:
-            p = provider
-            pairs += [f"{p}.tin", input_tokens, f"{p}.tout", output_tokens, f"{p}.ttot", total]
-    return pairs
+    return pairs + _token_pairs(input_tokens, output_tokens, provider)
+
+
+def _token_pairs(tin: int, tout: int, provider: str | None) -> list[str | int]:
+    """Token ARGV pairs: input then output, overall and for the provider (the scripts
+    rely on each ``tin`` being followed by its ``tout``)."""
+    if not (tin or tout):
+        return []
+    if not provider:
+        return ["tin", tin, "tout", tout]
+    return ["tin", tin, "tout", tout, f"{provider}.tin", tin, f"{provider}.tout", tout]
 
 
 def held_amount(held: list[Any], dim: str) -> int:
@@ -151,11 +151,12 @@ def token_totals(h: Mapping[str, str]) -> TokenTotals:
                         if f.startswith(("u:", "h:")) and "." in f})
 
     def totals(prefix: str) -> dict[str, Any]:
+        tin, tout = _int(h, f"u:{prefix}tin"), _int(h, f"u:{prefix}tout")
         return {
-            "input": _int(h, f"u:{prefix}tin"),
-            "output": _int(h, f"u:{prefix}tout"),
-            "total": _int(h, f"u:{prefix}ttot"),
-            "reserved": _int(h, f"h:{prefix}ttot"),
+            "input": tin,
+            "output": tout,
+            "total": tin + tout,
+            "reserved": _int(h, f"h:{prefix}tin") + _int(h, f"h:{prefix}tout"),
         }
 
     return TokenTotals(
@@ -185,8 +186,11 @@ def remaining_tokens(hashes: Sequence[Mapping[str, str]]) -> dict[str, int]:
     for h in hashes:
         for name, limit in token_limits(h).items():
             slug, _, base = name.rpartition(".")
-            dim = (f"{slug}." if slug else "") + _FIELD_DIM[base]
-            left = max(0, limit - _int(h, f"u:{dim}") - _int(h, f"h:{dim}"))
+            prefix = f"{slug}." if slug else ""
+            counted = ("tin", "tout") if base == "total" else (_FIELD_DIM[base],)
+            taken = sum(_int(h, f"u:{prefix}{d}") + _int(h, f"h:{prefix}{d}")
+                        for d in counted)
+            left = max(0, limit - taken)
             out[name] = min(left, out.get(name, left))
     return out
 

@@ -25,13 +25,14 @@ local flat = redis.call('HGETALL', KEYS[1])
 for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 local function n(field) return tonumber(h[field] or '0') end
 local function tokens(prefix)
-  return {input = n('u:' .. prefix .. 'tin'), output = n('u:' .. prefix .. 'tout'),
-          total = n('u:' .. prefix .. 'ttot'), reserved = n('h:' .. prefix .. 'ttot')}
+  local input, output = n('u:' .. prefix .. 'tin'), n('u:' .. prefix .. 'tout')
+  return {input = input, output = output, total = input + output,
+          reserved = n('h:' .. prefix .. 'tin') + n('h:' .. prefix .. 'tout')}
 end
 local summary = tokens('')
 local by_provider = {}
 for field, _ in pairs(h) do
-  local slug = string.match(field, '^u:(.+)%.ttot$')
+  local slug = string.match(field, '^u:(.+)%.tin$') or string.match(field, '^u:(.+)%.tout$')
   if slug then by_provider[slug] = tokens(slug .. '.') end
 end
 if next(by_provider) then summary.by_provider = by_provider end

@@ -5,8 +5,9 @@
 --   status  running | stopped | closed      reason, detail, stopped_ms
 --   deadline  absolute Redis-time ms (0 = none)
 --   l:<dim> limit   u:<dim> used (settled, subtree included)   h:<dim> held by reservations
--- Dimensions: usd (micro-USD), steps, retries, tin, tout, ttot (tokens), and
--- <provider>.tin / <provider>.tout / <provider>.ttot.
+-- Dimensions: usd (micro-USD), steps, retries, tin, tout (tokens by direction) and
+-- <provider>.tin / <provider>.tout. A total is the sum of its two directions: ttot and
+-- <provider>.ttot have a limit (l:) but no counters of their own.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -43,37 +44,52 @@ local function stop_level(key, events_key, id, root, channel, reason, detail, no
   return true
 end
 
-local DIRECTIONS = {tin = 'input', tout = 'output', ttot = 'total'}
+-- The token totals among dims: {prefix, input dim, output dim, limit field} for every
+-- prefix ('' or '<provider>.') with a direction in dims. A total is checked against the
+-- sum of both directions' counters, so callers read both.
+local function token_totals(dims)
+  local out, seen = {}, {}
+  for i = 1, #dims do
+    local d = dims[i]
+    local prefix = nil
+    if string.sub(d, -3) == 'tin' then prefix = string.sub(d, 1, -4)
+    elseif string.sub(d, -4) == 'tout' then prefix = string.sub(d, 1, -5) end
+    if prefix and not seen[prefix] then
+      seen[prefix] = true
+      out[#out + 1] = {prefix, prefix .. 'tin', prefix .. 'tout', 'l:' .. prefix .. 'ttot'}
+    end
+  end
+  return out
+end
 
--- Appends and publishes a TokenLedgerUpdated event if any token dimension was consumed.
-local function ledger_update(rec, dims, dused, caller_used, now, ledger_key, ledger_channel)
-  local delta, totals, any = {}, {}, false
-  for _, d in ipairs(dims) do
-    local slug, base = string.match(d, '^(.+)%.(t%a+)$')
-    if not slug then slug, base = '', d end
-    local direction = DIRECTIONS[base]
-    if direction and dused[d] > 0 then
+-- Appends and publishes a TokenLedgerUpdated event if any tokens were consumed: the
+-- call's tokens and the calling context's new totals, by provider ('' = all) and direction.
+local function ledger_update(rec, totals, dused, caller_used, now, ledger_key, ledger_channel)
+  local delta, after, any = {}, {}, false
+  for _, t in ipairs(totals) do
+    local din, dout = dused[t[2]] or 0, dused[t[3]] or 0
+    if din > 0 or dout > 0 then
       any = true
-      delta[slug] = delta[slug] or {}
-      totals[slug] = totals[slug] or {}
-      delta[slug][direction] = dused[d]
-      totals[slug][direction] = caller_used[d]
+      local slug = string.sub(t[1], 1, -2)
+      local uin, uout = caller_used[t[2]], caller_used[t[3]]
+      delta[slug] = {input = din, output = dout, total = din + dout}
+      after[slug] = {input = uin, output = uout, total = uin + uout}
     end
   end
   if not any then return end
   local event = cjson.encode({type = 'TokenLedgerUpdated', chain_id = rec.c, root = rec.p[1],
-                              delta = delta, totals = totals, ts = now})
+                              delta = delta, totals = after, ts = now})
   redis.call('XADD', ledger_key, 'MAXLEN', '~', 10000, '*', 'e', event)
   redis.call('PUBLISH', ledger_channel, event)
 end
 
 -- Finishes a reservation at every level of its path: drops the holds, adds the actual
 -- amounts (actual = flat {dim, amount, ...}), counts the step (ok) or the retry (error),
--- then stops each level that reached a ceiling. One HMGET and one HSET per level.
--- Returns {level, reason, detail, ...} of the levels this call stopped.
+-- then stops each level that reached a ceiling (a token total: its two directions).
+-- One HMGET and one HSET per level. Returns {level, reason, detail, ...} of the levels
+-- this call stopped.
 -- KEYS[first + 2(i-1)] and the key after it are the context hash and the event stream
--- of rec.p[i]. When tokens were consumed, a TokenLedgerUpdated event (this call's tokens
--- and the calling context's new totals, by provider and direction) is appended to the
+-- of rec.p[i]. When tokens were consumed, a TokenLedgerUpdated event is appended to the
 -- tree's ledger stream and published on the ledger channel.
 local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
                       ledger_channel)
@@ -98,37 +114,49 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   end
   if step then touch('steps'); dused.steps = dused.steps + 1 end
   if retry then touch('retries'); dused.retries = dused.retries + 1 end
+  local totals = token_totals(dims)
+  for _, t in ipairs(totals) do touch(t[2]); touch(t[3]) end
 
-  local fields = {}
-  for _, d in ipairs(dims) do
-    fields[#fields + 1] = 'l:' .. d
-    fields[#fields + 1] = 'u:' .. d
-    fields[#fields + 1] = 'h:' .. d
+  local fields, at = {}, {}
+  for j, d in ipairs(dims) do
+    fields[3 * j - 2], fields[3 * j - 1], fields[3 * j] = 'l:' .. d, 'u:' .. d, 'h:' .. d
+    at[d] = j
   end
+  for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
   local stopped = {}
   local root = rec.p[1]
   local caller_used = {}
   for lv = 1, #rec.p do
     local key, events_key = KEYS[first + 2 * (lv - 1)], KEYS[first + 2 * (lv - 1) + 1]
     local v = redis.call('HMGET', key, unpack(fields))
-    local set, hit = {}, nil
+    local set, hit, used = {}, nil, {}
     for j, d in ipairs(dims) do
       local limit = tonumber(v[3 * j - 2])
-      local used = tonumber(v[3 * j - 1] or '0')
+      used[d] = tonumber(v[3 * j - 1] or '0')
       if dheld[d] ~= 0 then
-        set[#set + 1] = 'h:' .. d
+        set[#set + 1] = fields[3 * j]
         set[#set + 1] = tonumber(v[3 * j] or '0') + dheld[d]
       end
       if dused[d] ~= 0 then
-        used = used + dused[d]
-        set[#set + 1] = 'u:' .. d
-        set[#set + 1] = used
-        if lv == #rec.p then caller_used[d] = used end
-        if hit == nil and limit and used >= limit then
-          hit = {d, 'dimension ' .. d .. ' at ' .. used .. ' reached its limit ' .. limit}
+        used[d] = used[d] + dused[d]
+        set[#set + 1] = fields[3 * j - 1]
+        set[#set + 1] = used[d]
+        if hit == nil and limit and used[d] >= limit then
+          hit = {d, 'dimension ' .. d .. ' at ' .. used[d] .. ' reached its limit ' .. limit}
         end
       end
     end
+    for i, t in ipairs(totals) do
+      local limit = tonumber(v[3 * #dims + i])
+      if hit == nil and limit and dused[t[2]] + dused[t[3]] > 0 then
+        local total = used[t[2]] + used[t[3]]
+        if total >= limit then
+          local name = t[1] .. 'ttot'
+          hit = {name, 'dimension ' .. name .. ' at ' .. total .. ' reached its limit ' .. limit}
+        end
+      end
+    end
+    if lv == #rec.p then caller_used = used end
     if #set > 0 then redis.call('HSET', key, unpack(set)) end
     if hit and stop_level(key, events_key, rec.p[lv], root, channel, reason_for(hit[1]),
                           hit[2], now) then
@@ -137,7 +165,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
       stopped[#stopped + 1] = hit[2]
     end
   end
-  ledger_update(rec, dims, dused, caller_used, now, ledger_key, ledger_channel)
+  ledger_update(rec, totals, dused, caller_used, now, ledger_key, ledger_channel)
   return stopped
 end
 

@@ -36,30 +36,45 @@ end
 if tonumber(ARGV[6]) > 0 then tighten(now + tonumber(ARGV[6])) end
 tighten(ARGV[7])
 -- One HMGET per ancestor: its status, place and deadline, and for every requested
--- dimension its limit, used and held amounts.
+-- dimension its limit and the used and held amounts it limits (a token total limits the
+-- sum of its two directions).
 local dims = {}
 for i = 8, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
 local wanted = {'status', 'path', 'reason', 'deadline'}
+local counted = {}   -- dim -> the dimensions whose counters it limits
 for _, d in ipairs(dims) do
   wanted[#wanted + 1] = 'l:' .. d
-  wanted[#wanted + 1] = 'u:' .. d
-  wanted[#wanted + 1] = 'h:' .. d
+  if string.sub(d, -4) == 'ttot' then
+    local prefix = string.sub(d, 1, -5)
+    counted[d] = {prefix .. 'tin', prefix .. 'tout'}
+  else
+    counted[d] = {d}
+  end
+  for _, c in ipairs(counted[d]) do
+    wanted[#wanted + 1] = 'u:' .. c
+    wanted[#wanted + 1] = 'h:' .. c
+  end
 end
 local above = {}     -- dim -> least (limit - used - held) over the ancestors, if any
 local parent = {}    -- dim -> the parent's limit
 local stop_reason, stopped_by = '', ''
 for a = 1, nanc do
   local v = redis.call('HMGET', KEYS[a + 2], unpack(wanted))
-  if not v[1] then return {0, 'missing', ids[a]} end
-  if v[2] ~= table.concat(ids, ',', 1, a) then return {0, 'bad_path', ids[a]} end
-  if v[1] ~= 'running' and stop_reason == '' then
-    stop_reason, stopped_by = v[3] or v[1], ids[a]
+  local h = {}
+  for i, f in ipairs(wanted) do h[f] = v[i] end
+  if not h.status then return {0, 'missing', ids[a]} end
+  if h.path ~= table.concat(ids, ',', 1, a) then return {0, 'bad_path', ids[a]} end
+  if h.status ~= 'running' and stop_reason == '' then
+    stop_reason, stopped_by = h.reason or h.status, ids[a]
   end
-  tighten(v[4])
-  for j, d in ipairs(dims) do
-    local lim = tonumber(v[2 + 3 * j])
+  tighten(h.deadline)
+  for _, d in ipairs(dims) do
+    local lim = tonumber(h['l:' .. d])
     if lim then
-      local left = lim - tonumber(v[3 + 3 * j] or '0') - tonumber(v[4 + 3 * j] or '0')
+      local left = lim
+      for _, c in ipairs(counted[d]) do
+        left = left - tonumber(h['u:' .. c] or '0') - tonumber(h['h:' .. c] or '0')
+      end
       if left < 0 then left = 0 end
       if above[d] == nil or left < above[d] then above[d] = left end
       if a == nanc then parent[d] = lim end

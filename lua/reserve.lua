@@ -14,7 +14,8 @@
 -- ARGV[6..]   pairs: dimension, amount (integers; steps 1 is always among them)
 --
 -- Every level is checked (status, deadline in Redis time, retry budget, each dimension's
--- limit against used + held + amount) before anything is written, so a refusal changes
+-- limit against used + held + amount, each token total's limit against the sum of its two
+-- directions) before anything is written, so a refusal changes
 -- nothing but the stop of a level that is past a limit for good (deadline passed, or used
 -- already at the ceiling).
 --
@@ -35,10 +36,20 @@ if done then return {2, now, done} end
 local ids = split(ARGV[3])
 local root = ids[1]
 local channel = ARGV[4]
-local dims, amounts = {}, {}
+local dims, amounts, at = {}, {}, {}
 for i = 6, #ARGV, 2 do
   dims[#dims + 1] = ARGV[i]
   amounts[#amounts + 1] = tonumber(ARGV[i + 1])
+  at[ARGV[i]] = #dims
+end
+local totals = token_totals(dims)
+for _, t in ipairs(totals) do
+  for k = 2, 3 do
+    if at[t[k]] == nil then
+      dims[#dims + 1], amounts[#amounts + 1] = t[k], 0
+      at[t[k]] = #dims
+    end
+  end
 end
 
 local fields = {'status', 'reason', 'deadline', 'l:retries', 'u:retries'}
@@ -47,13 +58,29 @@ for _, d in ipairs(dims) do
   fields[#fields + 1] = 'u:' .. d
   fields[#fields + 1] = 'h:' .. d
 end
+for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
+
+-- Refuses the call at level lv if dimension d (limit, used, held) cannot take amount:
+-- for good (a stop) when used already reached the limit. Returns the refusal or nil.
+local function check(lv, key, events_key, d, limit, used, held, amount)
+  if used >= limit then
+    local detail = d .. ' ' .. used .. ' reached limit ' .. limit
+    stop_level(key, events_key, ids[lv], root, channel, reason_for(d), detail, now)
+    return {0, lv, reason_for(d), detail, 1, now}
+  end
+  if used + held + amount > limit then
+    local detail = d .. ' needs ' .. amount .. ', ' .. (limit - used - held) ..
+                   ' of ' .. limit .. ' left (' .. held .. ' held by calls in flight)'
+    return {0, lv, reason_for(d), detail, 0, now}
+  end
+  return nil
+end
 
 local levels = (#KEYS - 3) / 2
-local seen = {}
+local holds = {}     -- per level: the HSET arguments that add the amounts to its holds
 for lv = 1, levels do
   local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
   local v = redis.call('HMGET', key, unpack(fields))
-  seen[lv] = v
   if not v[1] then return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 1, now} end
   if v[1] ~= 'running' then return {0, lv, v[2] or v[1], 'stopped: ' .. (v[2] or v[1]), 1, now} end
   local deadline = tonumber(v[3] or '0')
@@ -68,24 +95,30 @@ for lv = 1, levels do
     stop_level(key, events_key, ids[lv], root, channel, 'retry_budget_exceeded', detail, now)
     return {0, lv, 'retry_budget_exceeded', detail, 1, now}
   end
+  local set, used, held = {}, {}, {}
   for j, d in ipairs(dims) do
     local base = 5 + (j - 1) * 3
+    used[j], held[j] = tonumber(v[base + 2] or '0'), tonumber(v[base + 3] or '0')
     local limit = tonumber(v[base + 1])
     if limit then
-      local used = tonumber(v[base + 2] or '0')
-      local held = tonumber(v[base + 3] or '0')
-      if used >= limit then
-        local detail = d .. ' ' .. used .. ' reached limit ' .. limit
-        stop_level(key, events_key, ids[lv], root, channel, reason_for(d), detail, now)
-        return {0, lv, reason_for(d), detail, 1, now}
-      end
-      if used + held + amounts[j] > limit then
-        local detail = d .. ' needs ' .. amounts[j] .. ', ' .. (limit - used - held) ..
-                       ' of ' .. limit .. ' left (' .. held .. ' held by calls in flight)'
-        return {0, lv, reason_for(d), detail, 0, now}
-      end
+      local refusal = check(lv, key, events_key, d, limit, used[j], held[j], amounts[j])
+      if refusal then return refusal end
+    end
+    if amounts[j] > 0 then
+      set[#set + 1] = fields[base + 3]
+      set[#set + 1] = held[j] + amounts[j]
     end
   end
+  for i, t in ipairs(totals) do
+    local limit = tonumber(v[5 + 3 * #dims + i])
+    if limit then
+      local a, b = at[t[2]], at[t[3]]
+      local refusal = check(lv, key, events_key, t[1] .. 'ttot', limit, used[a] + used[b],
+                            held[a] + held[b], amounts[a] + amounts[b])
+      if refusal then return refusal end
+    end
+  end
+  holds[lv] = set
 end
 
 -- Every level accepted: hold the amounts everywhere (one HSET per level).
@@ -97,14 +130,7 @@ for j, d in ipairs(dims) do
   end
 end
 for lv = 1, levels do
-  local set = {}
-  for j, d in ipairs(dims) do
-    if amounts[j] > 0 then
-      set[#set + 1] = 'h:' .. d
-      set[#set + 1] = tonumber(seen[lv][5 + (j - 1) * 3 + 3] or '0') + amounts[j]
-    end
-  end
-  if #set > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(set)) end
+  if #holds[lv] > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(holds[lv])) end
 end
 local rec = {c = ids[#ids], p = ids, d = held}
 if ARGV[5] == '1' then rec.k = 1 end
