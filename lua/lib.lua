@@ -64,21 +64,26 @@ end
 
 -- Appends and publishes a TokenLedgerUpdated event if any tokens were consumed: the
 -- call's tokens and the calling context's new totals, by provider ('' = all) and direction.
+-- The JSON is assembled from pieces (strings through cjson): cheaper than encoding tables.
 local function ledger_update(rec, totals, dused, caller_used, now, ledger_key, ledger_channel)
-  local delta, after, any = {}, {}, false
+  local function amounts(input, output)
+    return '{"input":' .. input .. ',"output":' .. output .. ',"total":' ..
+           (input + output) .. '}'
+  end
+  local delta, after = {}, {}
   for _, t in ipairs(totals) do
-    local din, dout = dused[t[2]] or 0, dused[t[3]] or 0
+    local din, dout = dused[t[2]], dused[t[3]]
     if din > 0 or dout > 0 then
-      any = true
-      local slug = string.sub(t[1], 1, -2)
-      local uin, uout = caller_used[t[2]], caller_used[t[3]]
-      delta[slug] = {input = din, output = dout, total = din + dout}
-      after[slug] = {input = uin, output = uout, total = uin + uout}
+      local slug = cjson.encode(string.sub(t[1], 1, -2)) .. ':'
+      delta[#delta + 1] = slug .. amounts(din, dout)
+      after[#after + 1] = slug .. amounts(caller_used[t[2]], caller_used[t[3]])
     end
   end
-  if not any then return end
-  local event = cjson.encode({type = 'TokenLedgerUpdated', chain_id = rec.c, root = rec.p[1],
-                              delta = delta, totals = after, ts = now})
+  if #delta == 0 then return end
+  local event = '{"type":"TokenLedgerUpdated","chain_id":' .. cjson.encode(rec.c) ..
+                ',"root":' .. cjson.encode(rec.p[1]) .. ',"delta":{' ..
+                table.concat(delta, ',') .. '},"totals":{' .. table.concat(after, ',') ..
+                '},"ts":' .. now .. '}'
   redis.call('XADD', ledger_key, 'MAXLEN', '~', 10000, '*', 'e', event)
   redis.call('PUBLISH', ledger_channel, event)
 end
