@@ -4,6 +4,7 @@ of limits holds for a whole tree of agents in any process on any machine."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -137,6 +138,45 @@ class _Call:
         self.held = {str(a[i]): int(a[i + 1]) for i in range(0, len(a), 2)}
 
 
+@dataclass(frozen=True)
+class _OpenPlan:
+    """What opening a context with ``config`` sends to Redis besides its identity."""
+
+    config: ExecutionConfig
+    config_json: str
+    """The requested limits, as recorded in the context's hash."""
+    deadline_ms: int
+    triples: tuple[str | int, ...]
+    """open.lua's (dimension, mode, value) triples."""
+
+
+_ALL_FIELDS = frozenset(ExecutionConfig.model_fields)
+
+
+def _open_plan(config: ExecutionConfig, *, is_child: bool,
+               explicit: frozenset[str] = _ALL_FIELDS) -> _OpenPlan:
+    """The plan of opening with ``config``: the same for every context opened alike (each
+    run of a ``@contained`` task), so it is cached when ``config`` is hashable."""
+    try:
+        return _cached_open_plan(config, is_child, explicit)
+    except TypeError:  # unhashable: a token budget with provider shares
+        return _build_open_plan(config, is_child, explicit)
+
+
+def _build_open_plan(config: ExecutionConfig, is_child: bool, explicit: frozenset[str]
+                     ) -> _OpenPlan:
+    _, clamped = token_limit_dims(config.token_budget)
+    return _OpenPlan(
+        config=config,
+        config_json=json.dumps({**config.model_dump(mode="json"), "clamped": clamped}),
+        deadline_ms=int(config.deadline.timestamp() * 1000) if config.deadline else 0,
+        triples=tuple(open_triples(config, is_child=is_child, explicit=explicit)),
+    )
+
+
+_cached_open_plan = functools.lru_cache(maxsize=256)(_build_open_plan)
+
+
 class ExecutionContext:
     """Containment for one chain (agent run) that bounds its whole subtree.
 
@@ -156,20 +196,19 @@ class ExecutionContext:
         coordinator: Coordinator | None = None,
         circuit_breaker: Any | None = None,
     ) -> None:
-        explicit = frozenset(ExecutionConfig.model_fields)
-        self._open(config, pipeline, metadata, parent, coordinator, circuit_breaker, explicit)
+        coord = coordinator or (parent._coord if parent is not None else Coordinator.default())
+        self._open(coord, _open_plan(config, is_child=parent is not None), pipeline, metadata,
+                   parent, circuit_breaker)
 
     def _open(
         self,
-        config: ExecutionConfig,
+        coord: Coordinator,
+        plan: _OpenPlan,
         pipeline: ShieldPipeline | None,
         metadata: ChainMetadata | None,
         parent: ExecutionContext | None,
-        coordinator: Coordinator | None,
         circuit_breaker: Any | None,
-        explicit: frozenset[str],
     ) -> None:
-        coord = coordinator or (parent._coord if parent is not None else Coordinator.default())
         if metadata is None:
             base = parent.metadata if parent is not None else None
             chain_id = uuid.uuid4().hex
@@ -183,16 +222,9 @@ class ExecutionContext:
             if parent is not None
             else Path(metadata.chain_id, (metadata.chain_id,))
         )
-        self._init_handle(coord, path, config, metadata, pipeline, circuit_breaker,
+        self._init_handle(coord, path, plan.config, metadata, pipeline, circuit_breaker,
                           owner=True, parent=parent)
-        _, clamped = token_limit_dims(config.token_budget)
-        self._open_args: dict[str, Any] | None = {
-            "meta": metadata.model_dump(mode="json"),
-            "config": {**config.model_dump(mode="json"), "clamped": clamped},
-            "timeout_ms": config.timeout_ms,
-            "deadline_ms": int(config.deadline.timestamp() * 1000) if config.deadline else 0,
-            "triples": open_triples(config, is_child=parent is not None, explicit=explicit),
-        }
+        self._open_args: tuple[_OpenPlan, str] | None = (plan, metadata.model_dump_json())
         try:
             self._ensure_open(first=True)
         except _UNREACHABLE as exc:
@@ -237,7 +269,11 @@ class ExecutionContext:
         args = self._open_args
         if args is None:
             return
-        opened = self._store.open(self._path, **args)
+        plan, meta_json = args
+        opened = self._store.open(
+            self._path, request_id=self.metadata.request_id, meta_json=meta_json,
+            config_json=plan.config_json, timeout_ms=plan.config.timeout_ms,
+            deadline_ms=plan.deadline_ms, triples=plan.triples)
         if isinstance(opened, str):
             kind, _, ancestor = opened.partition(":")
             if kind == "missing":
@@ -252,18 +288,25 @@ class ExecutionContext:
         else:
             opened_deadline = opened.deadline_ms
             self._coord.observe_redis_time(opened.created_ms)
-            update: dict[str, Any] = {}
-            if "usd" in opened.limits:
-                update["max_cost_usd"] = micro_to_usd(opened.limits["usd"])
-            if "steps" in opened.limits:
-                update["max_steps"] = opened.limits["steps"]
-            if "retries" in opened.limits:
-                update["max_retries_total"] = opened.limits["retries"]
-            self.config = self.config.model_copy(update=update)
+            self._apply_limits(opened.limits)
         self._open_args = None
         self._activate(opened_deadline)
         if not isinstance(opened, str) and opened.stop_reason:
             self._on_stop(opened.stop_reason)
+
+    def _apply_limits(self, limits: dict[str, int]) -> None:
+        """Make ``config`` state the effective limits the open reported (a root's are
+        those it asked for: no copy then)."""
+        effective: dict[str, Any] = {}
+        if "usd" in limits:
+            effective["max_cost_usd"] = micro_to_usd(limits["usd"])
+        if "steps" in limits:
+            effective["max_steps"] = limits["steps"]
+        if "retries" in limits:
+            effective["max_retries_total"] = limits["retries"]
+        update = {k: v for k, v in effective.items() if getattr(self.config, k) != v}
+        if update:
+            self.config = self.config.model_copy(update=update)
 
     def _activate(self, deadline_ms: int) -> None:
         self._deadline_ms = deadline_ms
@@ -373,7 +416,8 @@ class ExecutionContext:
             deadline=deadline,
         )
         child = ExecutionContext.__new__(ExecutionContext)
-        child._open(config, pipeline, metadata, self, None, self.circuit_breaker, explicit)
+        child._open(self._coord, _open_plan(config, is_child=True, explicit=explicit), pipeline,
+                    metadata, self, self.circuit_breaker)
         return child
 
     # -- identity ------------------------------------------------------------------------

@@ -338,14 +338,16 @@ class Store:
         self,
         path: Path,
         *,
-        meta: dict[str, Any],
-        config: dict[str, Any],
+        request_id: str,
+        meta_json: str,
+        config_json: str,
         timeout_ms: int,
         deadline_ms: int,
         triples: Sequence[str | int],
     ) -> Opened | str:
         """Create a context (and its locator entry, in the same round trip). Returns the
-        refusal instead: ``exists``, ``missing:<ancestor>`` or ``bad_path:<ancestor>``."""
+        refusal instead: ``exists``, ``missing:<ancestor>`` or ``bad_path:<ancestor>``.
+        ``meta_json`` and ``config_json`` are recorded as given."""
         parent = path.parent_id or path.ctx_id
         keys = [
             self.ks.ctx(path.root, path.ctx_id),
@@ -354,7 +356,7 @@ class Store:
         ]
         args = [
             path.ctx_id, path.parent_id or "", ",".join(path.ids),
-            json.dumps(meta), json.dumps(config), timeout_ms, deadline_ms, *triples,
+            request_id, meta_json, config_json, timeout_ms, deadline_ms, *triples,
         ]
         ops = [_Op("open", keys, args),
                _Op("cmd", [], ["SET", self.ks.locator(path.ctx_id), path.root])]

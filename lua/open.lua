@@ -5,10 +5,11 @@
 -- KEYS[3..]   bc:{R}:ctx:<a>       hash  the ancestors, root first, parent last (none for a root)
 -- ARGV[1]     context id            ARGV[2] parent id ('' for a root)
 -- ARGV[3]     path ids, comma-separated, root first, ending with this id
--- ARGV[4]     metadata (JSON, with request_id)   ARGV[5] requested limits (JSON, for the record)
--- ARGV[6]     timeout ms from now (0 = none)
--- ARGV[7]     absolute deadline, Unix ms (0 = none)
--- ARGV[8..]   triples: dimension, mode, value, where mode is
+-- ARGV[4]     request id            ARGV[5] metadata (JSON)
+-- ARGV[6]     requested limits (JSON, for the record)
+-- ARGV[7]     timeout ms from now (0 = none)
+-- ARGV[8]     absolute deadline, Unix ms (0 = none)
+-- ARGV[9..]   triples: dimension, mode, value, where mode is
 --               'set'       an explicit limit; consumable dimensions are clamped to what
 --                           remains above (limit - used - held, the least over ancestors)
 --               'remaining' what remains above (no limit if no ancestor limits it)
@@ -33,13 +34,13 @@ local function tighten(d)
   d = tonumber(d or '0')
   if d > 0 and (deadline == 0 or d < deadline) then deadline = d end
 end
-if tonumber(ARGV[6]) > 0 then tighten(now + tonumber(ARGV[6])) end
-tighten(ARGV[7])
+if tonumber(ARGV[7]) > 0 then tighten(now + tonumber(ARGV[7])) end
+tighten(ARGV[8])
 -- One HMGET per ancestor: its status, place and deadline, and for every requested
 -- dimension its limit and the used and held amounts it limits (a token total limits the
 -- sum of its two directions).
 local dims = {}
-for i = 8, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
+for i = 9, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
 local wanted = {'status', 'path', 'reason', 'deadline'}
 local counted = {}   -- dim -> the dimensions whose counters it limits
 for _, d in ipairs(dims) do
@@ -85,11 +86,11 @@ if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = 'ti
 
 local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1], 'path', ARGV[3],
                 'depth', #ids - 1, 'status', 'running', 'created_ms', now,
-                'deadline', deadline, 'meta', ARGV[4], 'config', ARGV[5],
-                'request_id', cjson.decode(ARGV[4]).request_id}
+                'deadline', deadline, 'meta', ARGV[5], 'config', ARGV[6],
+                'request_id', ARGV[4]}
 local clamped = {}
 local effective = {usd = -1, steps = -1, retries = -1}
-for i = 8, #ARGV, 3 do
+for i = 9, #ARGV, 3 do
   local dim, mode, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local limit = nil
   if mode == 'parent' then
