@@ -151,6 +151,15 @@ class _OpenPlan:
 
 
 _ALL_FIELDS = frozenset(ExecutionConfig.model_fields)
+# The limits of a parent known only by its token: a child's open reads the real ones.
+_PLACEHOLDER_CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=1, max_retries_total=1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholder_metadata(ctx_id: str) -> ChainMetadata:
+    """The metadata of a parent known only by its token: its id and a request id of its
+    own, shared by the children spawned from it here (as spawn_child's share theirs)."""
+    return ChainMetadata(request_id=uuid.uuid4().hex, chain_id=ctx_id)
 
 
 def _open_plan(config: ExecutionConfig, *, is_child: bool,
@@ -175,6 +184,47 @@ def _build_open_plan(config: ExecutionConfig, is_child: bool, explicit: frozense
 
 
 _cached_open_plan = functools.lru_cache(maxsize=256)(_build_open_plan)
+
+
+def _child_plan(parent: ExecutionConfig, max_cost_usd: float | None, max_steps: int | None,
+                max_retries_total: int | None, timeout_ms: int,
+                token_budget: TokenBudget | None, deadline: datetime | None) -> _OpenPlan:
+    """The plan of opening a child of a context configured ``parent`` (see spawn_child),
+    cached like :func:`_open_plan` unless a deadline is given (it is checked against the
+    clock)."""
+    args = (parent, max_cost_usd, max_steps, max_retries_total, timeout_ms, token_budget)
+    if deadline is None:
+        try:
+            return _cached_child_plan(*args, None)
+        except TypeError:  # unhashable
+            pass
+    return _build_child_plan(*args, deadline)
+
+
+def _build_child_plan(parent: ExecutionConfig, max_cost_usd: float | None,
+                      max_steps: int | None, max_retries_total: int | None, timeout_ms: int,
+                      token_budget: TokenBudget | None, deadline: datetime | None
+                      ) -> _OpenPlan:
+    given = {
+        "max_cost_usd": max_cost_usd, "max_steps": max_steps,
+        "max_retries_total": max_retries_total, "token_budget": token_budget,
+        "deadline": deadline,
+    }
+    config = ExecutionConfig(
+        max_cost_usd=max_cost_usd if max_cost_usd is not None else parent.max_cost_usd,
+        max_steps=max_steps if max_steps is not None else parent.max_steps,
+        max_retries_total=(max_retries_total if max_retries_total is not None
+                           else parent.max_retries_total),
+        timeout_ms=timeout_ms,
+        token_budget=token_budget,
+        deadline=deadline,
+    )
+    explicit = frozenset(k for k, v in given.items() if v is not None)
+    return _build_open_plan(config, True, explicit)
+
+
+# typed: True, 1 and 1.0 are equal keys, but only some of them are valid limits
+_cached_child_plan = functools.lru_cache(maxsize=256, typed=True)(_build_child_plan)
 
 
 class ExecutionContext:
@@ -342,11 +392,8 @@ class ExecutionContext:
         coord = coordinator or Coordinator.default()
         claims = coord.codec.decode(token, now=coord.redis_now_ms() / 1000, tenant=coord.tenant)
         parent = cls.__new__(cls)
-        placeholder = ExecutionConfig.model_construct(
-            max_cost_usd=1.0, max_steps=1, max_retries_total=1, timeout_ms=0,
-            token_budget=None, deadline=None)
-        parent._init_handle(coord, Path(claims.root, claims.path), placeholder,
-                            ChainMetadata(request_id=uuid.uuid4().hex, chain_id=claims.context),
+        parent._init_handle(coord, Path(claims.root, claims.path), _PLACEHOLDER_CONFIG,
+                            _placeholder_metadata(claims.context),
                             None, None, owner=False, parent=None)
         return parent.spawn_child(**limits)
 
@@ -400,24 +447,10 @@ class ExecutionContext:
         """Open a child context. Cost (and every token dimension) defaults to what remains
         above; steps and retries to the parent's limits. Explicit limits are tightened to
         what remains above; every ancestor's limits keep applying."""
-        given = {
-            "max_cost_usd": max_cost_usd, "max_steps": max_steps,
-            "max_retries_total": max_retries_total, "token_budget": token_budget,
-            "deadline": deadline,
-        }
-        explicit = frozenset(k for k, v in given.items() if v is not None)
-        config = ExecutionConfig(
-            max_cost_usd=max_cost_usd if max_cost_usd is not None else self.config.max_cost_usd,
-            max_steps=max_steps if max_steps is not None else self.config.max_steps,
-            max_retries_total=(max_retries_total if max_retries_total is not None
-                               else self.config.max_retries_total),
-            timeout_ms=timeout_ms,
-            token_budget=token_budget,
-            deadline=deadline,
-        )
+        plan = _child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
+                           token_budget, deadline)
         child = ExecutionContext.__new__(ExecutionContext)
-        child._open(self._coord, _open_plan(config, is_child=True, explicit=explicit), pipeline,
-                    metadata, self, self.circuit_breaker)
+        child._open(self._coord, plan, pipeline, metadata, self, self.circuit_breaker)
         return child
 
     # -- identity ------------------------------------------------------------------------
