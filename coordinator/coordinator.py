@@ -142,6 +142,9 @@ class Coordinator:
     @classmethod
     def default(cls) -> Coordinator:
         """The process-wide coordinator (rebuilt in a forked child)."""
+        current = cls._default
+        if current is not None and current._pid == os.getpid():
+            return current
         with cls._default_lock:
             if cls._default is None or cls._default._pid != os.getpid():
                 cls._default = cls.from_url(default_url())
