@@ -21,9 +21,10 @@ class CancellationToken:
     """Set once, never cleared. Children are set when their parent is."""
 
     def __init__(self, parent: CancellationToken | None = None) -> None:
-        self._event = threading.Event()
         self._lock = threading.Lock()
+        self._set = False
         self._reason: str | None = None
+        self._event: threading.Event | None = None  # made by the first wait()
         self._callbacks: list[Callable[[str], None]] = []
         self._detach: Callable[[], None] = lambda: None
         if parent is not None:
@@ -32,7 +33,7 @@ class CancellationToken:
     @property
     def cancelled(self) -> bool:
         """True once cancelled."""
-        return self._event.is_set()
+        return self._set
 
     @property
     def reason(self) -> str | None:
@@ -42,10 +43,12 @@ class CancellationToken:
     def cancel(self, reason: str) -> None:
         """Set the token and run the callbacks (once; later calls do nothing)."""
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return
             self._reason = reason
-            self._event.set()
+            self._set = True
+            if self._event is not None:
+                self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
             cb(reason)
@@ -54,7 +57,7 @@ class CancellationToken:
         """Run ``callback(reason)`` on cancellation (at once if already cancelled).
         Returns a function that unregisters it."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._set:
                 self._callbacks.append(callback)
                 return lambda: self._discard(callback)
         callback(self._reason or "")
@@ -71,9 +74,15 @@ class CancellationToken:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until cancelled or ``timeout`` seconds passed; True if cancelled."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._set:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`CancelledByContext` if cancelled (for polling loops)."""
-        if self._event.is_set():
+        if self._set:
             raise CancelledByContext(self._reason or "cancelled")
