@@ -176,18 +176,9 @@ class ChainMetadata(_Frozen):
     @field_validator("chain_id", "request_id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not valid_id(v):
+        if not v or len(v) > 128 or any(c in v for c in ",{}\x00") or not v.isprintable():
             raise ValueError("ids must be 1-128 printable characters without , { }")
         return v
-
-
-def valid_id(v: str) -> bool:
-    """Whether ``v`` may be a chain or request id: 1-128 printable characters without
-    ``,`` (the path separator) or ``{ }`` (the key hash tag)."""
-    return 0 < len(v) <= 128 and v.isprintable() and _ID_FORBIDDEN.isdisjoint(v)
-
-
-_ID_FORBIDDEN = frozenset(",{}")
 
 
 class WrapOptions(_Frozen):

@@ -23,7 +23,7 @@ from coordinator.cancellation import CancelledByContext
 from coordinator.context import ExecutionContext
 from coordinator.coordinator import Coordinator
 from coordinator.errors import ContextExistsError
-from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget, valid_id
+from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 
 from . import running
 from .errors import TaskStoppedError
@@ -76,9 +76,6 @@ def contained(
                         max_retries_total=max_retries_total or 1, timeout_ms=timeout_ms,
                         token_budget=token_budget)
 
-    # the labels of a task's contexts, by task name (validated once)
-    task_labels: dict[str, ChainMetadata] = {}
-
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -92,12 +89,9 @@ def contained(
             name = str(task.name)
             retries = int(request.retries or 0)
             chain_id = task_id if not retries else f"{task_id}-retry{retries}"
-            labels = task_labels.get(name)
-            if labels is None:
-                labels = task_labels[name] = ChainMetadata(
-                    request_id="-", chain_id="-", service=name, team=team, org_id=org_id,
-                    tags={"celery_task": name})
-            meta = _metadata(labels, task_id, chain_id, retries)
+            meta = ChainMetadata(request_id=task_id, chain_id=chain_id, service=name,
+                                 team=team, org_id=org_id,
+                                 tags={"celery_task": name, "celery_retries": str(retries)})
             coord = coordinator or Coordinator.default()
             token = incoming_token(request)
             ctx, rejoined = _open(coord, token, meta, root_config, max_cost_usd, max_steps,
@@ -121,17 +115,6 @@ def contained(
         return cast(F, run)
 
     return decorate
-
-
-def _metadata(labels: ChainMetadata, task_id: str, chain_id: str, retries: int
-              ) -> ChainMetadata:
-    """The metadata of one run: the task's labels with the run's ids (checked as
-    ChainMetadata checks them) and retry count."""
-    update = {"request_id": task_id, "chain_id": chain_id,
-              "tags": {**labels.tags, "celery_retries": str(retries)}}
-    if not (valid_id(task_id) and valid_id(chain_id)):
-        return ChainMetadata(**{**labels.model_dump(), **update})  # raises
-    return labels.model_copy(update=update)
 
 
 _finished = threading.local()
