@@ -12,22 +12,30 @@
 -- steps, time left before the deadline and tokens by direction and provider.
 -- Returns {1, status, micro-USD settled in its subtree} or {-1} if it does not exist.
 
-local status = redis.call('HGET', KEYS[1], 'status')
+local FIELDS = {'status', 'id', 'request_id', 'deadline', 'u:usd', 'u:steps', 'u:tin', 'u:tout',
+                'u:ttot', 'h:ttot'}
+local values = redis.call('HMGET', KEYS[1], unpack(FIELDS))
+local status = values[1]
 if not status then return {-1} end
+local h = {}
+for i, field in ipairs(FIELDS) do h[field] = values[i] end
 local now = now_ms()
 if status == 'running' then
   redis.call('HSET', KEYS[1], 'status', 'closed', 'reason', 'closed', 'closed_ms', now)
   status = 'closed'
 end
 
-local h = {}
-local flat = redis.call('HGETALL', KEYS[1])
-for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 local function n(field) return tonumber(h[field] or '0') end
 local function tokens(prefix)
   local input, output = n('u:' .. prefix .. 'tin'), n('u:' .. prefix .. 'tout')
   return {input = input, output = output, total = input + output,
           reserved = n('h:' .. prefix .. 'tin') + n('h:' .. prefix .. 'tout')}
+end
+-- A provider's counters (u:<provider>.ttot) are only written with tokens used, which the
+-- base counters count too: no need to look for them otherwise.
+if n('u:ttot') > 0 then
+  local flat = redis.call('HGETALL', KEYS[1])
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 end
 local summary = tokens('')
 local by_provider = {}
