@@ -13,7 +13,7 @@
 -- Returns {1, status, micro-USD settled in its subtree} or {-1} if it does not exist.
 
 local FIELDS = {'status', 'id', 'request_id', 'deadline', 'u:usd', 'u:steps', 'u:tin', 'u:tout',
-                'u:ttot', 'h:ttot'}
+                'h:tin', 'h:tout'}
 local values = redis.call('HMGET', KEYS[1], unpack(FIELDS))
 local status = values[1]
 if not status then return {-1} end
@@ -31,9 +31,9 @@ local function tokens(prefix)
   return {input = input, output = output, total = input + output,
           reserved = n('h:' .. prefix .. 'tin') + n('h:' .. prefix .. 'tout')}
 end
--- A provider's counters (u:<provider>.ttot) are only written with tokens used, which the
--- base counters count too: no need to look for them otherwise.
-if n('u:ttot') > 0 then
+-- A provider's counters (u:<provider>.tin, ...) are only written with tokens used or held,
+-- which the base counters count too: no need to look for them otherwise.
+if n('u:tin') + n('u:tout') + n('h:tin') + n('h:tout') > 0 then
   local flat = redis.call('HGETALL', KEYS[1])
   for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 end
