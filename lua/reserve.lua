@@ -60,20 +60,17 @@ for _, d in ipairs(dims) do
 end
 for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
 
--- Refuses the call at level lv if dimension d (limit, used, held) cannot take amount:
--- for good (a stop) when used already reached the limit. Returns the refusal or nil.
-local function check(lv, key, events_key, d, limit, used, held, amount)
+-- The refusal of a call at level lv whose dimension d (limit, used, held) cannot take
+-- amount: for good (a stop) when used already reached the limit.
+local function refuse(lv, key, events_key, d, limit, used, held, amount)
   if used >= limit then
     local detail = d .. ' ' .. used .. ' reached limit ' .. limit
     stop_level(key, events_key, ids[lv], root, channel, reason_for(d), detail, now)
     return {0, lv, reason_for(d), detail, 1, now}
   end
-  if used + held + amount > limit then
-    local detail = d .. ' needs ' .. amount .. ', ' .. (limit - used - held) ..
-                   ' of ' .. limit .. ' left (' .. held .. ' held by calls in flight)'
-    return {0, lv, reason_for(d), detail, 0, now}
-  end
-  return nil
+  local detail = d .. ' needs ' .. amount .. ', ' .. (limit - used - held) ..
+                 ' of ' .. limit .. ' left (' .. held .. ' held by calls in flight)'
+  return {0, lv, reason_for(d), detail, 0, now}
 end
 
 local levels = (#KEYS - 3) / 2
@@ -98,24 +95,25 @@ for lv = 1, levels do
   local set, used, held = {}, {}, {}
   for j, d in ipairs(dims) do
     local base = 5 + (j - 1) * 3
-    used[j], held[j] = tonumber(v[base + 2] or '0'), tonumber(v[base + 3] or '0')
+    local u, h, amount = tonumber(v[base + 2] or '0'), tonumber(v[base + 3] or '0'), amounts[j]
+    used[j], held[j] = u, h
     local limit = tonumber(v[base + 1])
-    if limit then
-      local refusal = check(lv, key, events_key, d, limit, used[j], held[j], amounts[j])
-      if refusal then return refusal end
+    if limit and (u >= limit or u + h + amount > limit) then
+      return refuse(lv, key, events_key, d, limit, u, h, amount)
     end
-    if amounts[j] > 0 then
+    if amount > 0 then
       set[#set + 1] = fields[base + 3]
-      set[#set + 1] = held[j] + amounts[j]
+      set[#set + 1] = h + amount
     end
   end
   for i, t in ipairs(totals) do
     local limit = tonumber(v[5 + 3 * #dims + i])
     if limit then
       local a, b = at[t[2]], at[t[3]]
-      local refusal = check(lv, key, events_key, t[1] .. 'ttot', limit, used[a] + used[b],
-                            held[a] + held[b], amounts[a] + amounts[b])
-      if refusal then return refusal end
+      local u, h, amount = used[a] + used[b], held[a] + held[b], amounts[a] + amounts[b]
+      if u >= limit or u + h + amount > limit then
+        return refuse(lv, key, events_key, t[1] .. 'ttot', limit, u, h, amount)
+      end
     end
   end
   holds[lv] = set
