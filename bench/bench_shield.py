@@ -15,7 +15,8 @@ counted exactly (background flushes excluded).
 
 Run: .venv/bin/python bench/bench_shield.py [--calls 3000]
 
-Variants are interleaved call by call; figures are per-call medians.
+Variants are interleaved call by call, in a new order every round, with each call's
+write-behind drained (untimed) before the next; figures are per-call medians.
 """
 
 from __future__ import annotations
@@ -102,9 +103,10 @@ def main() -> None:
             "unshared": lambda: unshared.wrap_llm_call(_noop),
             "usd": lambda: usd.wrap_llm_call(spend, usd_opts),
         }
-        sample_us(variants, 200)  # warm up
+        drain = coord.store.flush  # each call's write-behind, untimed (see bench/timing.py)
+        sample_us(variants, 200, drain)  # warm up
         trips = {name: round_trips(fn) for name, fn in variants.items()}
-        samples = sample_us(variants, args.calls)
+        samples = sample_us(variants, args.calls, drain)
         med = {k: statistics.median(v) for k, v in samples.items()}
         for ctx in (plain, shield, unshared, usd):
             ctx.close()
