@@ -30,8 +30,10 @@
 local now = now_ms()
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], id) == 1 then return {1, now} end
-local done = redis.call('HGET', KEYS[#KEYS], id)
-if done then return {2, now, done} end
+if ARGV[5] == '1' then  -- only call keys are remembered when they finish
+  local done = redis.call('HGET', KEYS[#KEYS], id)
+  if done then return {2, now, done} end
+end
 
 local ids = split(ARGV[3])
 local root = ids[1]
@@ -52,7 +54,7 @@ for _, t in ipairs(totals) do
   end
 end
 
-local fields = {'status', 'reason', 'deadline', 'l:retries', 'u:retries'}
+local fields = {'status', 'deadline', 'l:retries', 'u:retries'}
 for _, d in ipairs(dims) do
   fields[#fields + 1] = 'l:' .. d
   fields[#fields + 1] = 'u:' .. d
@@ -79,22 +81,25 @@ for lv = 1, levels do
   local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
   local v = redis.call('HMGET', key, unpack(fields))
   if not v[1] then return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 1, now} end
-  if v[1] ~= 'running' then return {0, lv, v[2] or v[1], 'stopped: ' .. (v[2] or v[1]), 1, now} end
-  local deadline = tonumber(v[3] or '0')
+  if v[1] ~= 'running' then
+    local reason = redis.call('HGET', key, 'reason') or v[1]
+    return {0, lv, reason, 'stopped: ' .. reason, 1, now}
+  end
+  local deadline = tonumber(v[2] or '0')
   if deadline > 0 and now >= deadline then
     local detail = 'deadline passed ' .. (now - deadline) .. ' ms ago'
     stop_level(key, events_key, ids[lv], root, channel, 'timeout', detail, now)
     return {0, lv, 'timeout', detail, 1, now}
   end
-  local retry_limit = tonumber(v[4])
-  if retry_limit and tonumber(v[5] or '0') >= retry_limit then
-    local detail = 'retries ' .. (v[5] or '0') .. ' reached limit ' .. v[4]
+  local retry_limit = tonumber(v[3])
+  if retry_limit and tonumber(v[4] or '0') >= retry_limit then
+    local detail = 'retries ' .. (v[4] or '0') .. ' reached limit ' .. v[3]
     stop_level(key, events_key, ids[lv], root, channel, 'retry_budget_exceeded', detail, now)
     return {0, lv, 'retry_budget_exceeded', detail, 1, now}
   end
   local set, used, held = {}, {}, {}
   for j, d in ipairs(dims) do
-    local base = 5 + (j - 1) * 3
+    local base = 4 + (j - 1) * 3
     local u, h, amount = tonumber(v[base + 2] or '0'), tonumber(v[base + 3] or '0'), amounts[j]
     used[j], held[j] = u, h
     local limit = tonumber(v[base + 1])
@@ -107,7 +112,7 @@ for lv = 1, levels do
     end
   end
   for i, t in ipairs(totals) do
-    local limit = tonumber(v[5 + 3 * #dims + i])
+    local limit = tonumber(v[4 + 3 * #dims + i])
     if limit then
       local a, b = at[t[2]], at[t[3]]
       local u, h, amount = used[a] + used[b], held[a] + held[b], amounts[a] + amounts[b]
