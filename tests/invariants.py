@@ -43,5 +43,6 @@ def check_tree(client: redis.Redis, root: str, ks: KeySpace | None = None) -> in
         assert int(h.get("u:steps", 0)) == sum(node_steps[m] for m in members), ctx_id
         assert int(h.get("u:retries", 0)) == sum(node_retries[m] for m in members), ctx_id
         assert used <= int(h["l:usd"]), f"{ctx_id}: {used} over ceiling {h['l:usd']}"
-        assert int(h.get("h:usd", 0)) == 0 and int(h.get("h:steps", 0)) == 0, ctx_id
+        held = {k: v for k, v in h.items() if k.startswith("h:") and int(v) != 0}
+        assert not held, f"{ctx_id}: still held {held}"
     return int(client.hget(ks.ctx(root, root), "u:usd") or 0)
