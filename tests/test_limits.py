@@ -142,6 +142,36 @@ def test_provider_share_limits_only_that_provider(coord: Coordinator) -> None:
         assert snap.tokens.by_provider["anthropic"].total == 400
 
 
+def test_a_total_counts_what_calls_in_flight_hold_in_both_directions(
+        coord: Coordinator) -> None:
+    # A total is the sum of its two directions: held input and held output of a call in
+    # flight both count against it, overall and per provider.
+    budget = TokenBudget(total=1000, provider_shares={"openai": TokenBudget(total=600)})
+    with ExecutionContext(config(token_budget=budget)) as ctx:
+        inner: list[Decision] = []
+
+        def outer_call() -> None:  # holds 300 in + 200 out (openai) while it runs
+            snap = ctx.get_snapshot()
+            assert snap.tokens.reserved == 500
+            assert snap.tokens.by_provider["openai"].reserved == 500
+            inner.append(ctx.wrap_llm_call(lambda: None, openai_call(50, 100)))  # 650 > 600
+            anthropic = WrapOptions(provider="anthropic", input_tokens_estimate=300,
+                                    max_output_tokens=200)
+            inner.append(ctx.wrap_llm_call(lambda: None, anthropic))  # 1000: fits exactly
+            inner.append(ctx.wrap_llm_call(                           # 1001 > 1000
+                lambda: None, WrapOptions(input_tokens_estimate=1, max_output_tokens=0)))
+            report_usage(input_tokens=100, output_tokens=50, provider="openai")
+
+        assert ctx.wrap_llm_call(outer_call, openai_call(300, 200)) == Decision.ALLOW
+        assert inner == [Decision.HALT, Decision.ALLOW, Decision.HALT]
+        snap = ctx.get_snapshot()
+        assert (snap.tokens.total, snap.tokens.reserved) == (650, 0)
+        assert snap.tokens.by_provider["openai"].total == 150
+        assert snap.tokens.by_provider["anthropic"].total == 500
+        assert "openai.ttot" in snap.events[0].reason
+    check_tree(coord.client, ctx.chain_id)
+
+
 def test_share_larger_than_its_budget_is_clamped_and_reported(coord: Coordinator) -> None:
     budget = TokenBudget(total=1000, provider_shares={"openai": TokenBudget(total=5000)})
     with ExecutionContext(config(token_budget=budget)) as ctx:
