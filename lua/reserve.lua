@@ -13,11 +13,11 @@
 --             task, gets the same id): its outcome is remembered in KEYS[last]
 -- ARGV[6..]   pairs: dimension, amount (integers; steps 1 is always among them)
 --
--- Every level is checked (status, deadline in Redis time, retry budget, each dimension's
--- limit against used + held + amount, each token total's limit against the sum of its two
--- directions) before anything is written, so a refusal changes
--- nothing but the stop of a level that is past a limit for good (deadline passed, or used
--- already at the ceiling).
+-- Every level is checked (status, deadline in Redis time, each dimension's limit against
+-- used + held + amount, each token total's limit against the sum of its two directions)
+-- before anything is written, so a refusal changes nothing but the stop of a level that is
+-- past a limit for good (deadline passed, or used already at the ceiling). The retry
+-- budget needs no check here: the release that spends the last retry stops the level.
 --
 -- Returns {1, now_ms, expired_id, expired_json, ...} when held (with up to 8 reservations
 --         of this tree whose lease has expired, for the caller to settle at their estimate);
@@ -54,7 +54,7 @@ for _, t in ipairs(totals) do
   end
 end
 
-local fields = {'status', 'deadline', 'l:retries', 'u:retries'}
+local fields = {'status', 'deadline'}
 for _, d in ipairs(dims) do
   fields[#fields + 1] = 'l:' .. d
   fields[#fields + 1] = 'u:' .. d
@@ -91,15 +91,9 @@ for lv = 1, levels do
     stop_level(key, events_key, ids[lv], root, channel, 'timeout', detail, now)
     return {0, lv, 'timeout', detail, 1, now}
   end
-  local retry_limit = tonumber(v[3])
-  if retry_limit and tonumber(v[4] or '0') >= retry_limit then
-    local detail = 'retries ' .. (v[4] or '0') .. ' reached limit ' .. v[3]
-    stop_level(key, events_key, ids[lv], root, channel, 'retry_budget_exceeded', detail, now)
-    return {0, lv, 'retry_budget_exceeded', detail, 1, now}
-  end
   local set, used, held = {}, {}, {}
   for j, d in ipairs(dims) do
-    local base = 4 + (j - 1) * 3
+    local base = 2 + (j - 1) * 3
     local u, h, amount = tonumber(v[base + 2] or '0'), tonumber(v[base + 3] or '0'), amounts[j]
     used[j], held[j] = u, h
     local limit = tonumber(v[base + 1])
@@ -112,7 +106,7 @@ for lv = 1, levels do
     end
   end
   for i, t in ipairs(totals) do
-    local limit = tonumber(v[4 + 3 * #dims + i])
+    local limit = tonumber(v[2 + 3 * #dims + i])
     if limit then
       local a, b = at[t[2]], at[t[3]]
       local u, h, amount = used[a] + used[b], held[a] + held[b], amounts[a] + amounts[b]
