@@ -4,7 +4,6 @@ of limits holds for a whole tree of agents in any process on any machine."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import json
 import logging
@@ -40,11 +39,9 @@ from .limits import (
     held_amount,
     micro_to_usd,
     ms_to_datetime,
-    open_triples,
     remaining_tokens,
     remaining_usd,
     reserve_amounts,
-    token_limit_dims,
     usd_to_micro,
 )
 from .models import (
@@ -59,6 +56,13 @@ from .models import (
     validate_deadline,
 )
 from .pipeline import ShieldPipeline, ToolCallContext
+from .plans import (
+    PLACEHOLDER_CONFIG,
+    OpenPlan,
+    child_plan,
+    open_plan,
+    placeholder_metadata,
+)
 from .policy import PolicyContext
 from .snapshots import build_snapshot, config_from_hash
 from .store import Held, Path, Replayed
@@ -138,95 +142,6 @@ class _Call:
         self.held = {str(a[i]): int(a[i + 1]) for i in range(0, len(a), 2)}
 
 
-@dataclass(frozen=True)
-class _OpenPlan:
-    """What opening a context with ``config`` sends to Redis besides its identity."""
-
-    config: ExecutionConfig
-    config_json: str
-    """The requested limits, as recorded in the context's hash."""
-    deadline_ms: int
-    triples: tuple[str | int, ...]
-    """open.lua's (dimension, mode, value) triples."""
-
-
-_ALL_FIELDS = frozenset(ExecutionConfig.model_fields)
-# The limits of a parent known only by its token: a child's open reads the real ones.
-_PLACEHOLDER_CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=1, max_retries_total=1)
-
-
-@functools.lru_cache(maxsize=1024)
-def _placeholder_metadata(ctx_id: str) -> ChainMetadata:
-    """The metadata of a parent known only by its token: its id and a request id of its
-    own, shared by the children spawned from it here (as spawn_child's share theirs)."""
-    return ChainMetadata(request_id=uuid.uuid4().hex, chain_id=ctx_id)
-
-
-def _open_plan(config: ExecutionConfig, *, is_child: bool,
-               explicit: frozenset[str] = _ALL_FIELDS) -> _OpenPlan:
-    """The plan of opening with ``config``: the same for every context opened alike (each
-    run of a ``@contained`` task), so it is cached when ``config`` is hashable."""
-    try:
-        return _cached_open_plan(config, is_child, explicit)
-    except TypeError:  # unhashable: a token budget with provider shares
-        return _build_open_plan(config, is_child, explicit)
-
-
-def _build_open_plan(config: ExecutionConfig, is_child: bool, explicit: frozenset[str]
-                     ) -> _OpenPlan:
-    _, clamped = token_limit_dims(config.token_budget)
-    return _OpenPlan(
-        config=config,
-        config_json=json.dumps({**config.model_dump(mode="json"), "clamped": clamped}),
-        deadline_ms=int(config.deadline.timestamp() * 1000) if config.deadline else 0,
-        triples=tuple(open_triples(config, is_child=is_child, explicit=explicit)),
-    )
-
-
-_cached_open_plan = functools.lru_cache(maxsize=256)(_build_open_plan)
-
-
-def _child_plan(parent: ExecutionConfig, max_cost_usd: float | None, max_steps: int | None,
-                max_retries_total: int | None, timeout_ms: int,
-                token_budget: TokenBudget | None, deadline: datetime | None) -> _OpenPlan:
-    """The plan of opening a child of a context configured ``parent`` (see spawn_child),
-    cached like :func:`_open_plan` unless a deadline is given (it is checked against the
-    clock)."""
-    args = (parent, max_cost_usd, max_steps, max_retries_total, timeout_ms, token_budget)
-    if deadline is None:
-        try:
-            return _cached_child_plan(*args, None)
-        except TypeError:  # unhashable
-            pass
-    return _build_child_plan(*args, deadline)
-
-
-def _build_child_plan(parent: ExecutionConfig, max_cost_usd: float | None,
-                      max_steps: int | None, max_retries_total: int | None, timeout_ms: int,
-                      token_budget: TokenBudget | None, deadline: datetime | None
-                      ) -> _OpenPlan:
-    given = {
-        "max_cost_usd": max_cost_usd, "max_steps": max_steps,
-        "max_retries_total": max_retries_total, "token_budget": token_budget,
-        "deadline": deadline,
-    }
-    config = ExecutionConfig(
-        max_cost_usd=max_cost_usd if max_cost_usd is not None else parent.max_cost_usd,
-        max_steps=max_steps if max_steps is not None else parent.max_steps,
-        max_retries_total=(max_retries_total if max_retries_total is not None
-                           else parent.max_retries_total),
-        timeout_ms=timeout_ms,
-        token_budget=token_budget,
-        deadline=deadline,
-    )
-    explicit = frozenset(k for k, v in given.items() if v is not None)
-    return _build_open_plan(config, True, explicit)
-
-
-# typed: True, 1 and 1.0 are equal keys, but only some of them are valid limits
-_cached_child_plan = functools.lru_cache(maxsize=256, typed=True)(_build_child_plan)
-
-
 class ExecutionContext:
     """Containment for one chain (agent run) that bounds its whole subtree.
 
@@ -247,13 +162,13 @@ class ExecutionContext:
         circuit_breaker: Any | None = None,
     ) -> None:
         coord = coordinator or (parent._coord if parent is not None else Coordinator.default())
-        self._open(coord, _open_plan(config, is_child=parent is not None), pipeline, metadata,
+        self._open(coord, open_plan(config, is_child=parent is not None), pipeline, metadata,
                    parent, circuit_breaker)
 
     def _open(
         self,
         coord: Coordinator,
-        plan: _OpenPlan,
+        plan: OpenPlan,
         pipeline: ShieldPipeline | None,
         metadata: ChainMetadata | None,
         parent: ExecutionContext | None,
@@ -274,7 +189,7 @@ class ExecutionContext:
         )
         self._init_handle(coord, path, plan.config, metadata, pipeline, circuit_breaker,
                           owner=True, parent=parent)
-        self._open_args: tuple[_OpenPlan, str] | None = (plan, metadata.model_dump_json())
+        self._open_args: tuple[OpenPlan, str] | None = (plan, metadata.model_dump_json())
         try:
             self._ensure_open(first=True)
         except _UNREACHABLE as exc:
@@ -392,8 +307,8 @@ class ExecutionContext:
         coord = coordinator or Coordinator.default()
         claims = coord.codec.decode(token, now=coord.redis_now_ms() / 1000, tenant=coord.tenant)
         parent = cls.__new__(cls)
-        parent._init_handle(coord, Path(claims.root, claims.path), _PLACEHOLDER_CONFIG,
-                            _placeholder_metadata(claims.context),
+        parent._init_handle(coord, Path(claims.root, claims.path), PLACEHOLDER_CONFIG,
+                            placeholder_metadata(claims.context),
                             None, None, owner=False, parent=None)
         return parent.spawn_child(**limits)
 
@@ -447,7 +362,7 @@ class ExecutionContext:
         """Open a child context. Cost (and every token dimension) defaults to what remains
         above; steps and retries to the parent's limits. Explicit limits are tightened to
         what remains above; every ancestor's limits keep applying."""
-        plan = _child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
+        plan = child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
                            token_budget, deadline)
         child = ExecutionContext.__new__(ExecutionContext)
         child._open(self._coord, plan, pipeline, metadata, self, self.circuit_breaker)
