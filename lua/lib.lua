@@ -122,10 +122,9 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   local totals = token_totals(dims)
   for _, t in ipairs(totals) do touch(t[2]); touch(t[3]) end
 
-  local fields, at = {}, {}
+  local fields = {}
   for j, d in ipairs(dims) do
     fields[3 * j - 2], fields[3 * j - 1], fields[3 * j] = 'l:' .. d, 'u:' .. d, 'h:' .. d
-    at[d] = j
   end
   for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
   local stopped = {}
