@@ -7,7 +7,8 @@ Starts its own redis-server and one Celery worker (prefork, one process). Prints
 and p90 round trip of each kind and the p50 ratio (target: at most 1.10). The kinds run
 in a random order each round, 3 ms apart. A plain task
 making one Redis round trip is measured too: the floor of a context opened (and checked
-for a stop above) before the body runs.
+for a stop above) before the body runs. Each ratio comes with its 95 % bootstrap interval
+(this run's sampling; drift between runs is larger).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from celery import Celery
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.timing import median_ratio_interval  # noqa: E402
 from worker import contained, install  # noqa: E402
 
 PAUSE_S = 0.003
@@ -118,13 +120,16 @@ def main(rounds: int) -> None:
                         kinds[kind].append((time.perf_counter() - t0) * 1000)
             parent.close()
         coord.close()
-    base_p50 = statistics.median(kinds["plain"])
+    plain = kinds["plain"]
     print(f"Celery no-op task round trip, Redis broker+backend, 1 prefork worker process, "
-          f"{rounds} rounds, kinds in a random order, {PAUSE_S * 1000:.0f} ms apart")
+          f"{rounds} rounds, kinds in a random order, {PAUSE_S * 1000:.0f} ms apart; "
+          f"p50 ratio to plain with its 95 % bootstrap interval")
     for kind, values in kinds.items():
         p50 = statistics.median(values)
+        low, high = median_ratio_interval(values, plain)
         print(f"  {kind:32s} p50 {p50:6.2f} ms  p90 {_p(values, 90):6.2f} ms  "
-              f"p50 ratio to plain {p50 / base_p50:.3f}")
+              f"p50 ratio to plain {p50 / statistics.median(plain):.3f} "
+              f"[{low:.3f}, {high:.3f}]")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ untimed, after every call, so that no variant waits for the settle of the one be
 (with a real LLM call in between, Redis has long finished it). Two more columns show what
 that leaves out: "back to back", the same calls in blocks of 50 in a row (each call waits
 for its predecessor's settle), and the Redis main thread's CPU time per call (INFO cpu,
-write-behind work included):
+write-behind work included). Each ratio comes with its 95 % bootstrap interval (this
+run's sampling; drift between runs is larger):
 
   raw      one EVALSHA of a trivial script (redis-py, hiredis): the unit
   depth1   wrap_llm_call of a no-op in a root context
@@ -26,7 +27,12 @@ import platform
 import statistics
 from collections.abc import Callable
 
-from timing import back_to_back_us, sample_us, server_us  # bench/timing.py
+from timing import (  # bench/timing.py
+    back_to_back_us,
+    median_ratio_interval,
+    sample_us,
+    server_us,
+)
 
 from coordinator import (
     Coordinator,
@@ -85,8 +91,10 @@ def main() -> None:
               f"{server[name]:17.1f}")
     for a, b, target in (("depth8", "depth1", 1.2), ("depth1", "raw", 1.5),
                          ("tokens", "depth1", 1.1)):
-        print(f"  {a} / {b}: {med[a] / med[b]:.2f} (target <= {target})   back to back "
-              f"{b2b[a] / b2b[b]:.2f}   Redis CPU {server[a] / server[b]:.2f}")
+        low, high = median_ratio_interval(samples[a], samples[b])
+        print(f"  {a} / {b}: {med[a] / med[b]:.2f} [{low:.2f}, {high:.2f}] (target <= "
+              f"{target})   back to back {b2b[a] / b2b[b]:.2f}   Redis CPU "
+              f"{server[a] / server[b]:.2f}")
 
 
 def _noop() -> None:

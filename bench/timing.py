@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Callable
 
@@ -68,3 +69,15 @@ def server_us(client: redis.Redis, fn: Callable[[], object], n: int,
     if between is not None:
         between()
     return (cpu() - before) * 1e6 / n
+
+
+def median_ratio_interval(num: list[float], den: list[float], *, resamples: int = 1000,
+                          seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of ``median(num) / median(den)``: how far this run's
+    sampling alone could move the ratio. Drift between runs on a shared machine is not in
+    it (compare runs for that)."""
+    rng = random.Random(seed)
+    median = statistics.median
+    ratios = sorted(median(rng.choices(num, k=len(num))) / median(rng.choices(den, k=len(den)))
+                    for _ in range(resamples))
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
