@@ -39,12 +39,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One redis-server child process on 127.0.0.1 (no persistence)."""
+    """One redis-server child process on 127.0.0.1 (no persistence, unless a
+    ``config_file`` turns it on: its settings come before the command line's own)."""
 
-    def __init__(self, port: int | None = None, *, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, port: int | None = None, *, extra_args: tuple[str, ...] = (),
+                 config_file: str | None = None) -> None:
         self.port = port or free_port()
         self.binary = find_redis_server()
         self.extra_args = extra_args
+        self.config_file = config_file
         self.dir = tempfile.mkdtemp(prefix="bc-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -53,12 +56,13 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir,
-             "--protected-mode", "no", *self.extra_args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        errors = Path(self.dir) / "stderr.log"  # why it would not start (a bad setting)
+        with errors.open("wb") as stderr:
+            self.proc = subprocess.Popen(
+                [self.binary, *self._settings(), "--port", str(self.port), "--bind",
+                 "127.0.0.1", "--dir", self.dir, "--protected-mode", "no", *self.extra_args],
+                stdout=subprocess.DEVNULL, stderr=stderr,
+            )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -70,7 +74,14 @@ class RedisServer:
                 if self.proc.poll() is not None:
                     break
                 time.sleep(0.02)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
+        said = errors.read_text(errors="replace").strip()
+        raise RuntimeError(f"redis-server did not start on port {self.port}"
+                           + (f": {said}" if said else ""))
+
+    def _settings(self) -> list[str]:
+        if self.config_file is not None:
+            return [self.config_file]  # redis-server takes it as its first argument
+        return ["--save", "", "--appendonly", "no"]
 
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL)."""
