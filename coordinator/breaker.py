@@ -12,18 +12,16 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import redis
-
 from .coordinator import Coordinator
 from .errors import InvalidConfigError
 from .policy import PolicyContext, PolicyDecision
 from .shield_scripts import ScriptCall, ShieldScripts
+from .store import UNAVAILABLE
 
 log = logging.getLogger("coordinator")
 
 # An untouched breaker's state expires after a day (its recovery timeout is added).
 IDLE_TTL_MS = 24 * 3600 * 1000
-_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 class BreakerState(str, Enum):
@@ -115,7 +113,7 @@ class CircuitBreaker:
         holder = uuid.uuid4().hex
         try:
             raw = self.scripts.run([self.check_call(holder)])[0]
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             self._ticket.set(None)
             return PolicyDecision(False, f"circuit breaker {self.name!r}: Redis unavailable "
                                          f"({exc})")
@@ -182,7 +180,7 @@ class CircuitBreaker:
                            IDLE_TTL_MS + self._recovery_ms])
         try:
             self.scripts.run([call])
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             # The outcome is lost; a probe held here is freed by its expiry.
             log.warning("circuit breaker %r: could not record %s (%s)", self.name, outcome, exc)
 

@@ -17,8 +17,6 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
-import redis
-
 from . import pricing
 from .cancellation import CancellationToken, CancelledByContext
 from .coordinator import CANCELLING_REASONS, Coordinator
@@ -65,7 +63,7 @@ from .plans import (
 )
 from .policy import PolicyContext
 from .snapshots import build_snapshot, config_from_hash
-from .store import Held, Path, Replayed
+from .store import UNAVAILABLE, Held, Path, Replayed
 from .usage import Usage, UsageCollector, reset_collector, set_collector, usage_from_response
 
 log = logging.getLogger("coordinator")
@@ -79,7 +77,6 @@ _LIMIT_ERRORS: dict[type[Exception], str] = {
     TokenBudgetExceededError: "token_budget_exceeded",
 }
 _REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
-_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 _current_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
 _current_call: ContextVar[_Call | None] = ContextVar("budget_call", default=None)
@@ -192,7 +189,7 @@ class ExecutionContext:
         self._open_args: tuple[OpenPlan, str] | None = (plan, metadata.model_dump_json())
         try:
             self._ensure_open(first=True)
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             # Fail closed: the context exists locally; every wrap halts until Redis answers
             # and the open goes through.
             log.warning("could not open context %s: %s", path.ctx_id, exc)
@@ -291,7 +288,7 @@ class ExecutionContext:
         path = Path(claims.root, claims.path)
         try:
             return cls._handle_from_redis(coord, path)
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             raise BackendUnavailableError("attach", exc) from exc
 
     @classmethod
@@ -343,7 +340,7 @@ class ExecutionContext:
                 raise ContextNotFoundError(chain_id)
             path = Path(root, tuple(h["path"].split(",")))
             hashes, nodes, events, now = coord.store.read_state(path)
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             raise BackendUnavailableError("load_snapshot", exc) from exc
         return build_snapshot(path, hashes, nodes, events, now, [])
 
@@ -450,7 +447,7 @@ class ExecutionContext:
                 m = self.metadata
                 self._store.close(self._path, self._coord.retention_s,
                                   {"org": m.org_id, "team": m.team, "service": m.service})
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
                         "open leases will charge their estimates", self.chain_id, exc)
         self._coord.unregister(self)
@@ -468,7 +465,7 @@ class ExecutionContext:
                 self._store.expire_context(self._path, self._coord.retention_s)
             else:
                 self._store.flush()
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             log.warning("detaching %s: Redis unavailable (%s); queued writes stay queued",
                         self.chain_id, exc)
         self._coord.unregister(self)
@@ -486,7 +483,7 @@ class ExecutionContext:
             return
         try:
             res = self._store.abort(self._path, "timeout", "deadline reached")
-        except _UNREACHABLE:
+        except UNAVAILABLE:
             res = [1]  # Redis will stop it itself at the next reserve (TIME > deadline)
         if res[0] == 2:  # early by our clock estimate: try again when Redis agrees
             self._coord.call_later(max(0.001, int(res[1]) / 1000), self._deadline_reached)
@@ -504,7 +501,7 @@ class ExecutionContext:
         try:
             self._ensure_open()
             self._store.abort(self._path, "aborted", reason)
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             log.warning("abort of %s not yet durable (%s); retrying", self.chain_id, exc)
             self._coord.call_later(0.5, lambda: self._send_abort(reason))
 
@@ -633,7 +630,7 @@ class ExecutionContext:
         try:
             self._ensure_open()
             res = self._store.reserve(self._path, node_id, amounts, keyed=keyed)
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             if self._coord.fail_open:
                 log.warning("Redis unavailable; running %s without a budget (fail_open)",
                             node_id)
@@ -872,7 +869,7 @@ class ExecutionContext:
         try:
             stops = self._store.finish(self._path, call.node_id, outcome=outcome, node=node,
                                        amounts=amounts, write_behind=write_behind)
-        except _UNREACHABLE:
+        except UNAVAILABLE:
             # Keep it queued; if it never lands, the lease charges the estimate.
             stops = self._store.finish(self._path, call.node_id, outcome=outcome, node=node,
                                        amounts=amounts, write_behind=True)
@@ -959,7 +956,7 @@ class ExecutionContext:
             reason, "halted")
         try:
             payload = self.limits().model_dump(mode="json")
-        except _UNREACHABLE:
+        except UNAVAILABLE:
             payload = {"deadline": self.deadline.isoformat() if self.deadline else None}
         return PromptEvaluationError(f"{reason}: {detail}" if detail else reason,
                                      phase=phase, reason=reason, provider_payload=payload)
@@ -993,7 +990,7 @@ class ExecutionContext:
         try:
             self._ensure_open()
             hashes, nodes, events, now = self._store.read_state(self._path)
-        except _UNREACHABLE:
+        except UNAVAILABLE:
             return self._offline_snapshot()
         snap = build_snapshot(self._path, hashes, nodes, events, now, self._offline_events)
         self._last_snapshot = snap

@@ -36,7 +36,8 @@ class ContextExistsError(BudgetCoordinatorError):
 
 
 class BackendUnavailableError(BudgetCoordinatorError, ConnectionError):
-    """Redis could not be reached. Wraps fail closed: they return HALT with this reason."""
+    """Redis could not be reached, or refused writes (full: ``maxmemory`` reached with
+    ``noeviction``). Wraps fail closed: they return HALT with this reason."""
 
     def __init__(self, operation: str, cause: BaseException) -> None:
         self.operation = operation

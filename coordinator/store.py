@@ -26,6 +26,12 @@ except ImportError:  # pure-Python parser: let redis-py pack
 NODE_STREAM_CAP = 10_000
 EVENT_STREAM_CAP = 10_000
 
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
+               OSError)
+"""Errors meaning Redis cannot serve the budget now: unreachable, timed out, or full (a
+``noeviction`` Redis past ``maxmemory`` refuses a script's first write, so nothing of it
+is written). Calls fail closed on them; what is queued stays queued."""
+
 
 def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
     """RESP bytes of several commands, for Connection.send_packed_command."""

@@ -9,8 +9,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from .breaker import CircuitBreaker
 from .coordinator import Coordinator
 from .errors import InvalidConfigError
@@ -19,6 +17,7 @@ from .limits import micro_to_usd, usd_to_micro
 from .models import Decision
 from .pipeline import ShieldPipeline, ToolCallContext
 from .shield_scripts import ScriptCall, ShieldScripts
+from .store import UNAVAILABLE
 
 log = logging.getLogger("coordinator")
 
@@ -28,7 +27,6 @@ SCOPES = {"org": "org_id", "team": "team", "service": "service", "user": "user_i
 NO_VALUE = "-"
 """The bucket shared by calls whose metadata has no value for the scope."""
 _CODES = {0: Decision.ALLOW, 1: Decision.DEGRADE, 2: Decision.HALT}
-_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 @dataclass(frozen=True)
@@ -153,7 +151,7 @@ class BudgetWindowHook(RecordingHook):
             return None
         try:
             v = self.admit(ctx)
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             self._emit(ctx, "backend_unavailable", Decision.HALT,
                        f"budget window unavailable: Redis unreachable ({exc})")
             return Decision.HALT
@@ -190,7 +188,7 @@ class BudgetWindowHook(RecordingHook):
             raw = self.scripts.run([ScriptCall("window", self.keys(value), [
                 "charge", self._window_ms, ctx.node_id, held, actual, self._max_micro,
                 self._degrade_micro])])[0]
-        except _UNREACHABLE as exc:
+        except UNAVAILABLE as exc:
             log.warning("budget window %s: could not charge %s (%s)", self.name, ctx.node_id,
                         exc)
             return None
