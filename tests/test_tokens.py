@@ -349,8 +349,10 @@ def test_rediss_tls_with_an_acl_user_works_through_the_url(tmp_path: Any) -> Non
             str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no")
     with RedisServer(extra_args=args) as server:
         admin = redis.Redis.from_url(server.url)
-        admin.acl_setuser("budget-svc", enabled=True, passwords=["+svc-password-123"],
-                          keys=["bc:*"], channels=["bc:*"], commands=["+@all", "-@dangerous"])
+        admin.execute_command(  # the user docs/http.md gives
+            "ACL", "SETUSER", "budget-svc", "on", ">svc-password-123", "resetchannels",
+            "~bc:*", "&bc:*", "-@all", "+@read", "+@write", "+@scripting", "+@pubsub",
+            "+time", "+ping", "-@dangerous")
         admin.close()
         url = (f"rediss://budget-svc:svc-password-123@127.0.0.1:{tls_port}/0"
                f"?ssl_ca_certs={cert}")
