@@ -1,14 +1,14 @@
 """Prometheus metrics fed from the token ledger's ``TokenLedgerUpdated`` events.
 
 ``budget_tokens_total{provider,direction}`` counts tokens consumed (direction ``input`` or
-``output``), ``budget_cost_usd_total{provider}`` the USD charged where events carry it.
+``output``), ``budget_cost_usd_total{provider}`` the USD those calls were charged.
 Needs the ``metrics`` extra (``pip install budget-coordinator[metrics]``).
 
-The settle script publishes one event per settled call::
+The settle script publishes one event per settled call that consumed tokens::
 
     {"type": "TokenLedgerUpdated", "chain_id": "...", "root": "...", "ts": 1764107000000,
-     "delta":  {"": {"input": 120, "output": 30, "total": 150},
-                "openai": {"input": 120, "output": 30, "total": 150}},
+     "delta":  {"": {"input": 120, "output": 30, "total": 150, "cost_usd": 0.0006},
+                "openai": {"input": 120, "output": 30, "total": 150, "cost_usd": 0.0006}},
      "totals": {...the same shape, the context's consumption so far...}}
 
 In ``delta`` the ``""`` entry is the call's tokens over all providers and each slug its

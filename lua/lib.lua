@@ -63,20 +63,24 @@ local function token_totals(dims)
 end
 
 -- Appends and publishes a TokenLedgerUpdated event if any tokens were consumed: the
--- call's tokens and the calling context's new totals, by provider ('' = all) and direction.
--- The JSON is assembled from pieces (strings through cjson): cheaper than encoding tables.
+-- call's tokens (and the USD it was charged) and the calling context's new token totals,
+-- by provider ('' = all) and direction. A call has one provider, so its USD goes in both
+-- of its delta entries. The JSON is assembled from pieces (strings through cjson): cheaper
+-- than encoding tables.
 local function ledger_update(rec, totals, dused, caller_used, now, ledger_key, ledger_channel)
-  local function amounts(input, output)
+  local function amounts(input, output, extra)
     return '{"input":' .. input .. ',"output":' .. output .. ',"total":' ..
-           (input + output) .. '}'
+           (input + output) .. extra .. '}'
   end
+  local cost = ''
+  if (dused.usd or 0) > 0 then cost = ',"cost_usd":' .. dused.usd / 1000000 end
   local delta, after = {}, {}
   for _, t in ipairs(totals) do
     local din, dout = dused[t[2]], dused[t[3]]
     if din > 0 or dout > 0 then
       local slug = cjson.encode(string.sub(t[1], 1, -2)) .. ':'
-      delta[#delta + 1] = slug .. amounts(din, dout)
-      after[#after + 1] = slug .. amounts(caller_used[t[2]], caller_used[t[3]])
+      delta[#delta + 1] = slug .. amounts(din, dout, cost)
+      after[#after + 1] = slug .. amounts(caller_used[t[2]], caller_used[t[3]], '')
     end
   end
   if #delta == 0 then return end

@@ -136,12 +136,14 @@ def test_subscription_counts_what_real_wrapped_calls_consumed(coord: Coordinator
                                         (None, 7, 3), ("openai", 1, 1)):
                 ctx.wrap_llm_call(
                     lambda tin=tin, tout=tout: report_usage(input_tokens=tin,
-                                                            output_tokens=tout),
+                                                            output_tokens=tout,
+                                                            cost_usd=tin / 10_000),
                     WrapOptions(provider=provider))
             reservation = ctx.ledger.reserve(input_tokens=10, provider="openai")
             ctx.ledger.rollback(reservation)
             with ctx.spawn_child(max_cost_usd=0.5) as child:
-                child.wrap_llm_call(lambda: report_usage(input_tokens=2, output_tokens=2),
+                child.wrap_llm_call(lambda: report_usage(input_tokens=2, output_tokens=2,
+                                                         cost_usd=0.0002),
                                     WrapOptions(provider="openai"))
         expected = {("openai", "input"): 103, ("openai", "output"): 23,
                     ("anthropic", "input"): 50, ("anthropic", "output"): 5,
@@ -151,6 +153,11 @@ def test_subscription_counts_what_real_wrapped_calls_consumed(coord: Coordinator
                 tokens(registry, *key) != value for key, value in expected.items()):
             time.sleep(0.05)
         assert {key: tokens(registry, *key) for key in expected} == expected
+        # the USD each call was charged, under its provider
+        usd = {p: registry.get_sample_value("budget_cost_usd_total", {"provider": p})
+               for p in ("openai", "anthropic", "none")}
+        assert usd == pytest.approx({"openai": 0.0101 + 0.0002, "anthropic": 0.005,
+                                     "none": 0.0007})
         # Every call was published once (a child's call is not counted again per level).
         counted = [e for e in seen if "delta" in e]
         assert len(counted) == 5
