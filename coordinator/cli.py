@@ -1,14 +1,14 @@
 """``budgetctl``: the demo and a few operations commands.
 
-    budgetctl demo [--redis URL]       sub-agents on Celery workers under one ceiling
+    budgetctl demo                     sub-agents on Celery workers under one ceiling
     budgetctl tree CHAIN_ID            a tree with spend against each ceiling
     budgetctl abort CHAIN_ID [REASON]  stop a context and its subtree, everywhere
     budgetctl top                      trees still open, with spend against their ceiling
     budgetctl spend [--day YYYY-MM-DD] spend of the trees closed that day (UTC) by org, team
                                        and service (kept for the coordinator's retention)
 
-The Redis comes from ``--redis``, else ``BUDGET_REDIS_URL``, ``REDIS_URL``,
-``redis://localhost:6379/0``.
+The Redis comes from ``--redis URL`` (before or after the command), else
+``BUDGET_REDIS_URL``, ``REDIS_URL``, ``redis://localhost:6379/0``.
 """
 
 from __future__ import annotations
@@ -103,26 +103,37 @@ def render_spend(coord: Coordinator, day: str | None = None) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``budgetctl``."""
-    parser = argparse.ArgumentParser(prog="budgetctl", description=__doc__.split("\n")[0])
-    parser.add_argument("--redis", help="Redis URL (default: BUDGET_REDIS_URL, REDIS_URL, "
-                                        "redis://localhost:6379/0)")
+    # --redis goes before or after the command (SUPPRESS: a subcommand that is not given
+    # it keeps the one given before)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--redis", default=argparse.SUPPRESS,
+                        help="Redis URL (default: BUDGET_REDIS_URL, REDIS_URL, "
+                             "redis://localhost:6379/0)")
+    parser = argparse.ArgumentParser(prog="budgetctl", description=__doc__.split("\n")[0],
+                                     parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="run the demo (starts an embedded Redis if none answers)")
-    tree = sub.add_parser("tree", help="print a tree with spend against each ceiling")
+    sub.add_parser("demo", parents=[common],
+                   help="run the demo (starts an embedded Redis if none answers)")
+    tree = sub.add_parser("tree", parents=[common],
+                          help="print a tree with spend against each ceiling")
     tree.add_argument("chain_id")
-    abort = sub.add_parser("abort", help="stop a context and its subtree everywhere")
+    abort = sub.add_parser("abort", parents=[common],
+                           help="stop a context and its subtree everywhere")
     abort.add_argument("chain_id")
     abort.add_argument("reason", nargs="?", default="aborted by budgetctl")
-    sub.add_parser("top", help="trees still open, with spend against their ceiling")
-    spend = sub.add_parser("spend", help="spend of closed trees by org, team and service")
+    sub.add_parser("top", parents=[common],
+                   help="trees still open, with spend against their ceiling")
+    spend = sub.add_parser("spend", parents=[common],
+                           help="spend of closed trees by org, team and service")
     spend.add_argument("--day", help="UTC day, YYYY-MM-DD (default: today)")
     args = parser.parse_args(argv)
+    url: str | None = getattr(args, "redis", None)
 
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(args.redis)
-    coord = Coordinator.from_url(args.redis or default_url())
+        return run_demo(url)
+    coord = Coordinator.from_url(url or default_url())
     try:
         if args.command == "tree":
             print("\n".join(render_tree(coord, args.chain_id)))

@@ -29,6 +29,9 @@ def test_top_and_spend_views(coord: Coordinator, redis_url: str,
     assert main(["--redis", redis_url, "spend"]) == 0
     out = capsys.readouterr().out
     assert "acme" in out and "$0.2500" in out and "summariser" in out
+    # --redis after the command is used too (this one answers nothing: exit 2)
+    assert main(["spend", "--redis", "redis://127.0.0.1:1/0"]) == 2
+    assert "Redis unavailable" in capsys.readouterr().err
 
 
 def test_retention_and_lease_come_from_the_environment(redis_url: str,
