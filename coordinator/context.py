@@ -27,6 +27,7 @@ from .errors import (
     DeadlineExceededError,
     InvalidConfigError,
     InvalidCostError,
+    InvalidUsageError,
     PromptEvaluationError,
     TokenBudgetExceededError,
     TokenMalformedError,
@@ -77,6 +78,8 @@ _LIMIT_ERRORS: dict[type[Exception], str] = {
     TokenBudgetExceededError: "token_budget_exceeded",
 }
 _REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
+MAX_REASON = 1000
+"""The longest abort reason kept (the rest is cut)."""
 
 _current_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
 _current_call: ContextVar[_Call | None] = ContextVar("budget_call", default=None)
@@ -158,6 +161,9 @@ class ExecutionContext:
         coordinator: Coordinator | None = None,
         circuit_breaker: Any | None = None,
     ) -> None:
+        _check_type("config", config, ExecutionConfig)
+        if parent is not None:
+            _check_type("parent", parent, ExecutionContext)
         coord = coordinator or (parent._coord if parent is not None else Coordinator.default())
         self._open(coord, open_plan(config, is_child=parent is not None), pipeline, metadata,
                    parent, circuit_breaker)
@@ -171,6 +177,10 @@ class ExecutionContext:
         parent: ExecutionContext | None,
         circuit_breaker: Any | None,
     ) -> None:
+        if pipeline is not None:
+            _check_type("pipeline", pipeline, ShieldPipeline)
+        if metadata is not None:
+            _check_type("metadata", metadata, ChainMetadata)
         if metadata is None:
             base = parent.metadata if parent is not None else None
             chain_id = uuid.uuid4().hex
@@ -492,10 +502,14 @@ class ExecutionContext:
 
     def abort(self, reason: str) -> None:
         """Stop this context and its whole subtree, in every process, durably. Running
-        work is cancelled through pub/sub. Never raises: if Redis is unreachable, the
-        abort is retried in the background until it lands."""
+        work is cancelled through pub/sub. If Redis is unreachable, the abort is retried
+        in the background until it lands. ``reason`` is kept as the stop's detail (cut at
+        MAX_REASON characters); a reason that is not a string raises TypeError before
+        anything changes."""
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a string; got {reason!r}")
         self._on_stop("aborted")
-        self._send_abort(reason)
+        self._send_abort(reason[:MAX_REASON])
 
     def _send_abort(self, reason: str) -> None:
         try:
@@ -551,7 +565,7 @@ class ExecutionContext:
 
     def _wrap_sync(self, kind: Literal["llm", "tool"], fn: Callable[[], Any],
                    options: WrapOptions | None) -> _Outcome:
-        opts = options or _NO_OPTIONS
+        opts = _checked_call(fn, options)
         attempts = 1 + (opts.retry_policy_override or 0)
         for attempt in range(attempts):
             call = self._begin(kind, opts)
@@ -575,7 +589,7 @@ class ExecutionContext:
     async def _wrap_async(self, kind: Literal["llm", "tool"],
                           fn: Callable[[], Awaitable[Any]],
                           options: WrapOptions | None) -> _Outcome:
-        opts = options or _NO_OPTIONS
+        opts = _checked_call(fn, options)
         attempts = 1 + (opts.retry_policy_override or 0)
         loop = asyncio.get_running_loop()
         for attempt in range(attempts):
@@ -783,8 +797,13 @@ class ExecutionContext:
         return cost or 0, tin, tout, provider
 
     def _complete(self, call: _Call, result: Any) -> _Outcome:
-        usage = call.collector.usage or usage_from_response(result)
-        cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=True)
+        try:
+            usage = call.collector.usage or usage_from_response(result)
+            cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=True)
+        except Exception as exc:  # noqa: BLE001 - the response's usage cannot be taken
+            self._charge_estimate(call)
+            raise InvalidUsageError(f"call {call.node_id} ran, but its usage cannot be "
+                                    f"charged ({exc}); its estimate was charged") from exc
         decision = Decision.ALLOW
         try:
             if self.pipeline is not None and call.tool_ctx is not None:
@@ -802,6 +821,14 @@ class ExecutionContext:
                                   usage=usage)
                 self._finish(call, "ok", node, amounts, write_behind=within)
         return _Outcome(decision, result)
+
+    def _charge_estimate(self, call: _Call) -> None:
+        """Settle a call that ran but whose usage cannot be read or priced at its estimate
+        (it was billed, for an unknown amount); it counts no step and no retry."""
+        cost, tin, tout, provider = self._spent(call, None, default_to_estimate=True)
+        node = self._node(call, "error", cost_micro=cost, tin=tin, tout=tout)
+        self._finish(call, "skip", node, actual_amounts(cost, tin, tout, provider),
+                     write_behind=True)
 
     def _fail(self, call: _Call, exc: BaseException) -> _Outcome | None:
         """Settle a call that did not complete. Returns the outcome, or None to re-raise
@@ -826,7 +853,8 @@ class ExecutionContext:
             return _Outcome(Decision.HALT, reason=reason, error=exc)
         cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=False)
         amounts = actual_amounts(cost, tin, tout, provider)
-        if not isinstance(exc, Exception) or isinstance(exc, InvalidCostError):
+        if not isinstance(exc, Exception) or isinstance(exc, (InvalidCostError,
+                                                            InvalidUsageError)):
             # Interpreter exits, outer cancellations and bad usage reports propagate; the
             # call counts no retry, and what it validly reported is still charged.
             node = self._node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
@@ -885,7 +913,8 @@ class ExecutionContext:
     def check_egress(self, url: str) -> Decision:
         """Ask the pipeline's ``before_egress`` hooks whether data may be sent to ``url``
         (call it from a tool before it posts). ALLOW without a pipeline; a refusal's event
-        goes to the chain's event log."""
+        goes to the chain's event log. TypeError when ``url`` is not a string."""
+        _check_type("url", url, str)
         if self.pipeline is None:
             return Decision.ALLOW
         call = _current_call.get()
@@ -1011,6 +1040,23 @@ class ExecutionContext:
 
     def __repr__(self) -> str:
         return f"ExecutionContext(chain_id={self.chain_id!r}, depth={len(self._path.ids) - 1})"
+
+
+def _check_type(name: str, value: object, kind: type) -> None:
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}; got {value!r}")
+
+
+def _checked_call(fn: object, options: object) -> WrapOptions:
+    """The options of a wrap call, once its arguments are known to be right (before
+    anything is reserved): raises TypeError otherwise."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments; got {fn!r}")
+    if options is None:
+        return _NO_OPTIONS
+    if not isinstance(options, WrapOptions):
+        raise TypeError(f"options must be a WrapOptions; got {options!r}")
+    return options
 
 
 async def _as_coroutine(fn: Callable[[], Awaitable[Any]]) -> Any:

@@ -11,12 +11,14 @@ class BudgetCoordinatorError(Exception):
 
 
 class InvalidCostError(BudgetCoordinatorError, ValueError):
-    """A reported cost or token count is NaN, infinite or negative."""
+    """A reported cost or token count is not a number, NaN, infinite, negative, fractional
+    (tokens) or beyond any real amount."""
 
     def __init__(self, field: str, value: object) -> None:
         self.field = field
         self.value = value
-        super().__init__(f"{field} must be a finite, non-negative number; got {value!r}")
+        super().__init__(f"{field} must be a finite, non-negative number no larger than a "
+                         f"real call's (tokens: whole numbers); got {value!r}")
 
 
 class ContextNotFoundError(BudgetCoordinatorError, LookupError):

@@ -11,8 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .limits import actual_amounts, check_amount
+from .errors import InvalidUsageError
+from .limits import actual_amounts, check_tokens
 from .store import Refused
+from .usage import check_names
 
 if TYPE_CHECKING:
     from .context import ExecutionContext
@@ -28,6 +30,8 @@ class LedgerReservation:
     output_tokens: int
     provider: str | None
     direction: Literal["input", "output", "both"]
+    chain_id: str = ""
+    """The context whose ledger holds it (only that ledger can consume or roll it back)."""
 
 
 class TokenLedger:
@@ -45,7 +49,8 @@ class TokenLedger:
         """Hold tokens at every level, or raise ``PromptEvaluationError`` (phase
         ``token_budget``, ``deadline`` or ``halted``) when any allowance would be exceeded."""
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-            check_amount(name, value)
+            check_tokens(name, value)
+        check_names(provider, None)
         rid = secrets.token_hex(16)
         amounts = actual_amounts(0, input_tokens, output_tokens, provider)[2:]
         ctx = self._ctx
@@ -54,7 +59,8 @@ class TokenLedger:
             raise ctx._limit_error(res.reason, res.detail)
         direction: Literal["input", "output", "both"] = (
             "both" if input_tokens and output_tokens else "input" if input_tokens else "output")
-        reservation = LedgerReservation(rid, input_tokens, output_tokens, provider, direction)
+        reservation = LedgerReservation(rid, input_tokens, output_tokens, provider, direction,
+                                        ctx.chain_id)
         self._publish("reserved", reservation)
         return reservation
 
@@ -62,15 +68,25 @@ class TokenLedger:
                 output_tokens: int = 0) -> None:
         """Replace a reservation with the actual usage (idempotent)."""
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-            check_amount(name, value)
+            check_tokens(name, value)
+        self._check_own(reservation)
         ctx = self._ctx
         ctx._finish_reservation(reservation.reservation_id, actual_amounts(
             0, input_tokens, output_tokens, reservation.provider)[2:])
 
     def rollback(self, reservation: LedgerReservation) -> None:
         """Drop a reservation whose call failed (idempotent)."""
+        self._check_own(reservation)
         self._ctx._finish_reservation(reservation.reservation_id, [])
         self._publish("rolled_back", reservation)
+
+    def _check_own(self, reservation: LedgerReservation) -> None:
+        """Raise InvalidUsageError unless ``reservation`` was made by this context's ledger
+        (the settle rolls back holds along the path it is given)."""
+        if not isinstance(reservation, LedgerReservation) or (
+                reservation.chain_id != self._ctx.chain_id):
+            raise InvalidUsageError(f"{reservation!r} is not a reservation of the ledger of "
+                                    f"context {self._ctx.chain_id}")
 
     def totals(self) -> TokenTotals:
         """Consumed and reserved tokens of the context, subtree included."""

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidCostError
-from .models import ExecutionConfig, TokenBudget, TokenTotals, WrapOptions
+from .models import MAX_COUNT, MAX_USD, ExecutionConfig, TokenBudget, TokenTotals, WrapOptions
 
 MICRO = 1_000_000
 
@@ -22,12 +22,21 @@ _FIELD_DIM = {v: k for k, v in TOKEN_DIMS.items()}
 
 
 def check_amount(field: str, value: float | int | None) -> None:
-    """Raise :class:`InvalidCostError` for a NaN, infinite or negative amount."""
+    """Raise :class:`InvalidCostError` for an amount that is not a number, NaN, infinite,
+    negative or larger than any real one (MAX_USD for a cost, MAX_COUNT for tokens)."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidCostError(field, value)
-    if not math.isfinite(value) or value < 0:
+    maximum = MAX_USD if "usd" in field else MAX_COUNT
+    if not math.isfinite(value) or not 0 <= value <= maximum:
+        raise InvalidCostError(field, value)
+
+
+def check_tokens(field: str, value: float | int | None) -> None:
+    """:func:`check_amount`, and a whole number."""
+    check_amount(field, value)
+    if value is not None and int(value) != value:
         raise InvalidCostError(field, value)
 
 

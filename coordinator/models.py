@@ -49,10 +49,44 @@ class Decision(str, Enum):
     DEGRADE = "DEGRADE"
 
 
-def _positive_finite(value: float, name: str) -> float:
-    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number")
+MAX_USD = 1e9
+"""The largest USD amount accepted anywhere: a ceiling, an estimate, a reported cost.
+In micro-USD it stays below 2**53, the integers Redis's Lua keeps exact."""
+MAX_COUNT = 10**15
+"""The largest count accepted anywhere: a token, step or retry limit, a token amount."""
+MAX_TIMEOUT_MS = 10 * 365 * 24 * 3600 * 1000
+"""Ten years: the longest timeout accepted."""
+
+
+def check_usd(value: Any, name: str, *, positive: bool = False) -> float:
+    """``value`` as a USD amount: a real number (not a bool or a string), finite, at least 0
+    (``positive``: at least one micro-dollar, the smallest amount the ledger counts) and at
+    most MAX_USD. Raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        math.isfinite(value) and (value >= 1e-6 if positive else value >= 0)
+        and value <= MAX_USD
+    ):
+        least = "one micro-dollar (1e-6)" if positive else "0"
+        raise ValueError(f"{name} must be a number from {least} to {MAX_USD:g}")
+    return float(value)
+
+
+def check_count(value: Any, name: str, *, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
+    """``value`` as an integer count (not a bool) from ``minimum`` to ``maximum``. Raises
+    ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an integer from {minimum} to {maximum}")
     return value
+
+
+def check_slug(slug: Any) -> str:
+    """A provider slug: letters and digits, with ``-``, ``_`` and ``.`` (at most 64).
+    Raises ValueError."""
+    if not isinstance(slug, str) or not 0 < len(slug) <= 64 or not (
+        slug.replace("-", "").replace("_", "").replace(".", "").isalnum() and slug.isascii()
+    ):
+        raise ValueError(f"provider slug {slug!r} must be 1-64 letters or digits (with - _ .)")
+    return slug
 
 
 class TokenBudget(_Frozen):
@@ -73,11 +107,7 @@ class TokenBudget(_Frozen):
     @field_validator("total", "input", "output", mode="before")
     @classmethod
     def _positive_int(cls, v: Any) -> Any:
-        if v is None:
-            return v
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError("token limits must be positive integers")
-        return v
+        return v if v is None else check_count(v, "a token limit", minimum=1)
 
     @field_validator("provider_shares")
     @classmethod
@@ -85,8 +115,7 @@ class TokenBudget(_Frozen):
         if v is None:
             return v
         for slug, share in v.items():
-            if not slug or not slug.replace("-", "").replace("_", "").replace(".", "").isalnum():
-                raise ValueError(f"provider slug {slug!r} must be alphanumeric (with - _ .)")
+            check_slug(slug)
             if share.provider_shares:
                 raise ValueError(f"provider share {slug!r} cannot nest further shares")
         return dict(v)
@@ -117,35 +146,33 @@ class ExecutionConfig(_Frozen):
     deadline: datetime | None = None
     """Absolute, timezone-aware deadline; the earlier of this and ``timeout_ms`` wins."""
 
-    @field_validator("max_cost_usd")
+    @field_validator("max_cost_usd", mode="before")
     @classmethod
-    def _cost(cls, v: float) -> float:
-        return _positive_finite(v, "max_cost_usd")
+    def _cost(cls, v: Any) -> float:
+        return check_usd(v, "max_cost_usd", positive=True)
 
     @field_validator("max_steps", "max_retries_total", mode="before")
     @classmethod
     def _count(cls, v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError("must be a positive integer")
-        return v
+        return check_count(v, "a step or retry limit", minimum=1)
 
     @field_validator("timeout_ms", mode="before")
     @classmethod
     def _timeout(cls, v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError("timeout_ms must be a non-negative integer (0 = disabled)")
-        return v
+        return check_count(v, "timeout_ms (0 = none)", maximum=MAX_TIMEOUT_MS)
 
-    @field_validator("deadline")
+    @field_validator("deadline", mode="before")
     @classmethod
-    def _deadline(cls, v: datetime | None) -> datetime | None:
+    def _deadline(cls, v: Any) -> datetime | None:
         return validate_deadline(v)
 
 
-def validate_deadline(v: datetime | None) -> datetime | None:
+def validate_deadline(v: Any) -> datetime | None:
     """Reject a naive deadline, or one in the past or within the current second."""
     if v is None:
         return v
+    if not isinstance(v, datetime):
+        raise ValueError(f"deadline must be a datetime; got {v!r}")
     if v.tzinfo is None or v.utcoffset() is None:
         raise ValueError("deadline must be timezone-aware")
     if v.timestamp() - time.time() < 1.0:
@@ -202,22 +229,26 @@ class WrapOptions(_Frozen):
     max_output_tokens: int | None = None
     """The call's ``max_tokens``: output tokens reserved before the call (worst case)."""
 
-    @field_validator("cost_estimate_hint")
+    @field_validator("cost_estimate_hint", mode="before")
     @classmethod
-    def _hint(cls, v: float) -> float:
-        if not math.isfinite(v) or v < 0:
-            raise ValueError("cost_estimate_hint must be finite and >= 0")
-        return v
+    def _hint(cls, v: Any) -> float:
+        return check_usd(v, "cost_estimate_hint")
 
-    @field_validator("timeout_ms", "retry_policy_override", "input_tokens_estimate",
-                     "max_output_tokens", mode="before")
+    @field_validator("timeout_ms", mode="before")
+    @classmethod
+    def _call_timeout(cls, v: Any) -> Any:
+        return v if v is None else check_count(v, "timeout_ms", maximum=MAX_TIMEOUT_MS)
+
+    @field_validator("retry_policy_override", "input_tokens_estimate", "max_output_tokens",
+                     mode="before")
     @classmethod
     def _non_negative(cls, v: Any) -> Any:
-        if v is None:
-            return v
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError("must be a non-negative integer")
-        return v
+        return v if v is None else check_count(v, "a count")
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _provider(cls, v: Any) -> Any:
+        return v if v is None else check_slug(v)
 
 
 class SafetyEvent(_Frozen):

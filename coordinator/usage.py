@@ -10,8 +10,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidCostError, InvalidUsageError
-from .limits import check_amount
+from .errors import InvalidUsageError
+from .limits import check_amount, check_tokens
+from .models import MAX_COUNT, check_slug
 
 
 @dataclass
@@ -111,12 +112,6 @@ def reset_collector(token: Any) -> None:
     _collector.reset(token)
 
 
-def _check_tokens(name: str, value: int | None) -> None:
-    check_amount(name, value)
-    if value is not None and int(value) != value:
-        raise InvalidCostError(name, value)
-
-
 def report_usage(
     cost_usd: float | None = None,
     input_tokens: int | None = None,
@@ -132,16 +127,18 @@ def report_usage(
     ``input_tokens`` counts every input token once; the cache fields say how many of them
     were cache reads and writes (priced at the model's cache rates).
 
-    Raises :class:`~coordinator.errors.InvalidCostError` for a NaN, infinite, fractional
-    or negative value, :class:`~coordinator.errors.InvalidUsageError` when the cache
-    fields exceed ``input_tokens``, and ``RuntimeError`` outside a wrapped call. What is
-    reported before the function raises is still charged.
+    Raises :class:`~coordinator.errors.InvalidCostError` for a value that is not a number,
+    NaN, infinite, fractional (tokens), negative or beyond any real call's,
+    :class:`~coordinator.errors.InvalidUsageError` when the cache fields exceed
+    ``input_tokens`` or ``provider``/``model`` are not names, and ``RuntimeError`` outside
+    a wrapped call. What is reported before the function raises is still charged.
     """
     check_amount("cost_usd", cost_usd)
     for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
                         ("cache_read_input_tokens", cache_read_input_tokens),
                         ("cache_creation_input_tokens", cache_creation_input_tokens)):
-        _check_tokens(name, value)
+        check_tokens(name, value)
+    check_names(provider, model)
     inp = int(input_tokens or 0)
     cread, cwrite = int(cache_read_input_tokens or 0), int(cache_creation_input_tokens or 0)
     if cread + cwrite > inp:
@@ -154,6 +151,18 @@ def report_usage(
     collector.add(Usage(cost_usd, inp, int(output_tokens or 0), model, provider, cread, cwrite))
 
 
+def check_names(provider: Any, model: Any) -> None:
+    """Raise InvalidUsageError unless ``provider`` is a provider slug (or None) and
+    ``model`` a model name of at most 256 characters (or None)."""
+    if provider is not None:
+        try:
+            check_slug(provider)
+        except ValueError as exc:
+            raise InvalidUsageError(str(exc)) from None
+    if model is not None and not (isinstance(model, str) and 0 < len(model) <= 256):
+        raise InvalidUsageError(f"model must be a name of 1-256 characters; got {model!r}")
+
+
 def field(obj: Any, name: str) -> Any:
     """``obj[name]`` for a mapping, ``obj.name`` for an SDK object (None if absent)."""
     if type(obj) is dict:  # the common case, without the slower ABC check (per chunk)
@@ -164,11 +173,16 @@ def field(obj: Any, name: str) -> Any:
 
 
 def count(value: Any) -> int | None:
-    """A token count from a provider payload (None when absent or not a count)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A token count from a provider payload, None when absent. Raises InvalidUsageError
+    for anything else than a whole number from 0 to MAX_COUNT: a payload that states
+    impossible counts cannot be charged from (the wrap charges the call's estimate)."""
+    if value is None:
         return None
-    if not math.isfinite(value) or value < 0:
-        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        math.isfinite(value) and 0 <= value <= MAX_COUNT and int(value) == value
+    ):
+        raise InvalidUsageError(f"a provider's token count must be a whole number from 0 "
+                                f"to {MAX_COUNT}; got {value!r}")
     return int(value)
 
 
@@ -222,17 +236,23 @@ def usage_from_response(response: Any) -> Usage | None:
     """Token usage (and cost, where the response states it) carried by a provider response
     (see :func:`tokens_from_usage` for the shapes). LiteLLM's
     ``_hidden_params["response_cost"]`` is taken as the cost. Returns None when the
-    response carries no usage."""
+    response carries no usage; raises InvalidUsageError when it states impossible counts
+    or an impossible cost."""
     if response is None or isinstance(response, (str, bytes, int, float, bool)):
         return None
     cost = field(response, "cost_usd")
     hidden = field(response, "_hidden_params")
     if cost is None and hidden is not None:
         cost = field(hidden, "response_cost")
-    cost = float(cost) if count(cost) is not None else None
+    if cost is not None:
+        try:
+            check_amount("cost_usd", cost)
+        except ValueError as exc:
+            raise InvalidUsageError(f"the response's cost: {exc}") from None
+        cost = float(cost)
     usage = field(response, "usage")
     model = field(response, "model")
-    model = model if isinstance(model, str) else None
+    model = model if isinstance(model, str) and 0 < len(model) <= 256 else None
     if usage is None:
         return Usage(cost_usd=cost, model=model) if cost is not None else None
     result = tokens_from_usage(usage)

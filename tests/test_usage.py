@@ -137,17 +137,22 @@ def test_litellm_response_does_not_add_cache_tokens_twice_and_takes_its_cost() -
     assert u.provider is None
 
 
-def test_responses_without_usage_or_with_junk_values() -> None:
+def test_responses_without_usage_and_junk_values_refused() -> None:
     assert usage_from_response(None) is None
     assert usage_from_response("text") is None
     assert usage_from_response({"text": "no usage here"}) is None
     assert usage_from_response({"usage": {"prompt_tokens": 0, "completion_tokens": 0}}) is None
     only_cost = usage_from_response({"cost_usd": 0.5})
     assert only_cost is not None and only_cost.cost_usd == 0.5 and not only_cost.has_tokens
-    junk = tokens_from_usage({"prompt_tokens": True, "completion_tokens": -3})
-    assert (junk.input_tokens, junk.output_tokens) == (0, 0)
-    nan = usage_from_response({"cost_usd": math.nan, "usage": {"input_tokens": 5}})
-    assert nan is not None and nan.cost_usd is None and nan.input_tokens == 5
+    # a payload stating impossible amounts cannot be charged from: it is refused
+    for junk in ({"prompt_tokens": True}, {"prompt_tokens": 5, "completion_tokens": -3},
+                 {"input_tokens": "12"}, {"input_tokens": 1.5}, {"output_tokens": 10**30},
+                 {"input_tokens": math.nan}):
+        with pytest.raises(InvalidUsageError):
+            tokens_from_usage(junk)
+    for cost in (math.nan, -1, "0.5", 1e300):
+        with pytest.raises(InvalidUsageError):
+            usage_from_response({"cost_usd": cost, "usage": {"input_tokens": 5}})
 
 
 def test_inconsistent_cache_breakdown_is_clamped_to_the_input() -> None:
