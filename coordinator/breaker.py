@@ -5,7 +5,6 @@ fleet, and exactly one process at a time gets the HALF_OPEN probe call."""
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 
 from .coordinator import Coordinator
 from .errors import InvalidConfigError
+from .models import MAX_COUNT
 from .policy import PolicyContext, PolicyDecision
 from .shield_scripts import ScriptCall, ShieldScripts
 from .store import UNAVAILABLE
@@ -22,6 +22,8 @@ log = logging.getLogger("coordinator")
 
 # An untouched breaker's state expires after a day (its recovery timeout is added).
 IDLE_TTL_MS = 24 * 3600 * 1000
+MAX_RECOVERY_S = 24 * 3600
+"""The longest recovery timeout accepted: a day."""
 
 
 class BreakerState(str, Enum):
@@ -40,22 +42,41 @@ class _Ticket:
     failures: int
 
 
-def _check_name(name: object) -> list[dict[str, Any]]:
+def _validate(name: object, failure_threshold: object, recovery_timeout_s: object,
+              coordinator: object) -> list[dict[str, Any]]:
+    """Every problem of a breaker configuration (empty when it is valid)."""
+    problems: list[dict[str, Any]] = []
+
+    def bad(loc: str, msg: str, value: object) -> None:
+        problems.append({"loc": (loc,), "msg": msg, "input": value})
+
+    def number(v: object, low: float, high: float) -> bool:
+        # The range check also rejects NaN, infinities and huge ints.
+        return (not isinstance(v, bool) and isinstance(v, (int, float))
+                and low <= v <= high)
+
     if (not isinstance(name, str) or not name or len(name) > 200 or "{" in name
             or "}" in name or not name.isprintable()):
-        return [{"loc": ("name",), "msg": "must be 1-200 printable characters without { }",
-                 "input": name}]
-    return []
+        bad("name", "must be 1-200 printable characters without { }", name)
+    if not isinstance(failure_threshold, int) or not number(failure_threshold, 1, MAX_COUNT):
+        bad("failure_threshold", f"must be an integer from 1 to {MAX_COUNT:.0e}",
+            failure_threshold)
+    if not number(recovery_timeout_s, 0.001, MAX_RECOVERY_S):
+        bad("recovery_timeout_s", f"must be a number of seconds from 0.001 to "
+                                  f"{MAX_RECOVERY_S} (1 day)", recovery_timeout_s)
+    if coordinator is not None and not isinstance(coordinator, Coordinator):
+        bad("coordinator", "must be a Coordinator or None", coordinator)
+    return problems
 
 
 class CircuitBreaker:
     """A circuit breaker whose state is shared through Redis.
 
     ``CLOSED``: calls go through; ``failure_threshold`` consecutive failures (fleet-wide)
-    open it. ``OPEN``: every check is refused until ``recovery_timeout_s`` has passed (Redis
-    time). ``HALF_OPEN``: one check in the whole fleet gets the probe; its success closes
-    the breaker for everyone, its failure opens it again. A probe whose holder never
-    reports (it died) is given to another caller after ``recovery_timeout_s``.
+    open it. ``OPEN``: every check is refused until ``recovery_timeout_s`` (at most a day)
+    has passed (Redis time). ``HALF_OPEN``: one check in the whole fleet gets the probe;
+    its success closes the breaker for everyone, its failure opens it again. A probe whose
+    holder never reports (it died) is given to another caller after ``recovery_timeout_s``.
 
     The probe taken by :meth:`check` is resolved by the :meth:`record_success` or
     :meth:`record_failure` made in the same thread or asyncio task, as ExecutionContext does.
@@ -69,17 +90,7 @@ class CircuitBreaker:
         recovery_timeout_s: float = 30.0,
         coordinator: Coordinator | None = None,
     ) -> None:
-        problems = _check_name(name)
-        if (isinstance(failure_threshold, bool) or not isinstance(failure_threshold, int)
-                or failure_threshold < 1):
-            problems.append({"loc": ("failure_threshold",), "msg": "must be an integer >= 1",
-                             "input": failure_threshold})
-        if (isinstance(recovery_timeout_s, bool)
-                or not isinstance(recovery_timeout_s, (int, float))
-                or not math.isfinite(recovery_timeout_s) or recovery_timeout_s < 0.001):
-            problems.append({"loc": ("recovery_timeout_s",),
-                             "msg": "must be a finite number of seconds >= 0.001",
-                             "input": recovery_timeout_s})
+        problems = _validate(name, failure_threshold, recovery_timeout_s, coordinator)
         if problems:
             raise InvalidConfigError("CircuitBreaker", problems)
         self.name = name

@@ -14,7 +14,7 @@ from .coordinator import Coordinator
 from .errors import InvalidConfigError
 from .hooks import RecordingHook
 from .limits import micro_to_usd, usd_to_micro
-from .models import Decision
+from .models import MAX_COUNT, MAX_USD, Decision
 from .pipeline import ShieldPipeline, ToolCallContext
 from .shield_scripts import ScriptCall, ShieldScripts
 from .store import UNAVAILABLE
@@ -27,6 +27,8 @@ SCOPES = {"org": "org_id", "team": "team", "service": "service", "user": "user_i
 NO_VALUE = "-"
 """The bucket shared by calls whose metadata has no value for the scope."""
 _CODES = {0: Decision.ALLOW, 1: Decision.DEGRADE, 2: Decision.HALT}
+MAX_WINDOW_S = 30 * 24 * 3600
+"""The longest window accepted: 30 days."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,9 @@ def _escape(value: str) -> str:
 
 class BudgetWindowHook(RecordingHook):
     """Limits the calls (``max_calls``) and the USD (``max_usd``) of one scope within the
-    last ``window_s`` seconds, across every process. Returns DEGRADE once the window is
-    past ``degrade_at`` of a limit (the call is counted) and HALT at the limit (it is not).
+    last ``window_s`` seconds (0.001 to 30 days), across every process. Returns DEGRADE
+    once the window is past ``degrade_at`` of a limit (the call is counted) and HALT at the
+    limit (it is not).
 
     ``max_usd`` holds each call's ``cost_estimate_usd`` at admission and replaces it with
     the actual cost in ``before_charge``. Give ``circuit_breaker=`` to fetch its check in the
@@ -79,6 +82,12 @@ class BudgetWindowHook(RecordingHook):
         coordinator: Coordinator | None = None,
     ) -> None:
         problems = _validate(scope, max_calls, max_usd, window_s, degrade_at, kinds, name)
+        for loc, value, cls in (("circuit_breaker", circuit_breaker, CircuitBreaker),
+                                ("pipeline", pipeline, ShieldPipeline),
+                                ("coordinator", coordinator, Coordinator)):
+            if value is not None and not isinstance(value, cls):
+                problems.append({"loc": (loc,), "msg": f"must be a {cls.__name__} or None",
+                                 "input": value})
         if problems:
             raise InvalidConfigError("BudgetWindowHook", problems)
         self.scope = scope
@@ -226,22 +235,24 @@ def _validate(scope: object, max_calls: object, max_usd: object, window_s: objec
     def bad(loc: str, msg: str, value: object) -> None:
         problems.append({"loc": (loc,), "msg": msg, "input": value})
 
-    def number(v: object) -> bool:
+    def number(v: object, low: float, high: float) -> bool:
+        # The range check also rejects NaN, infinities and huge ints.
         return (not isinstance(v, bool) and isinstance(v, (int, float))
-                and math.isfinite(v))
+                and low <= v <= high)
 
-    if scope not in SCOPES:
+    if not isinstance(scope, str) or scope not in SCOPES:
         bad("scope", f"must be one of {', '.join(SCOPES)}", scope)
     if max_calls is None and max_usd is None:
         bad("max_calls", "give max_calls, max_usd or both", max_calls)
-    if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int)
-                                  or max_calls < 1):
-        bad("max_calls", "must be an integer >= 1", max_calls)
-    if max_usd is not None and (not number(max_usd) or max_usd < 0.000001):  # type: ignore[operator]
-        bad("max_usd", "must be a finite amount >= 0.000001", max_usd)
-    if not number(window_s) or window_s < 0.001:  # type: ignore[operator]
-        bad("window_s", "must be a finite number of seconds >= 0.001", window_s)
-    if not number(degrade_at) or not 0 < degrade_at <= 1:  # type: ignore[operator]
+    if max_calls is not None and (not isinstance(max_calls, int)
+                                  or not number(max_calls, 1, MAX_COUNT)):
+        bad("max_calls", f"must be an integer from 1 to {MAX_COUNT:.0e}", max_calls)
+    if max_usd is not None and not number(max_usd, 0.000001, MAX_USD):
+        bad("max_usd", f"must be an amount from 0.000001 to {MAX_USD:.0e}", max_usd)
+    if not number(window_s, 0.001, MAX_WINDOW_S):
+        bad("window_s", f"must be a number of seconds from 0.001 to {MAX_WINDOW_S} "
+                        f"(30 days)", window_s)
+    if not number(degrade_at, 0, 1) or degrade_at == 0:
         bad("degrade_at", "must be in (0, 1]", degrade_at)
     if (not isinstance(kinds, tuple) or not kinds
             or any(k not in ("llm", "tool") for k in kinds)):
