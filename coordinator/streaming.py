@@ -237,10 +237,10 @@ class MeteredStream(_Base):
             raise self._stop_error()
         try:
             chunk = next(self._it)
+            self._record(chunk)  # a chunk stating impossible usage raises InvalidUsageError
         except BaseException:
             self.close()
             raise
-        self._record(chunk)
         self._limit = self._limit_reached()
         if self._limit is not None:
             # Stop the provider now (it bills what it generates); hand on this chunk.
@@ -300,10 +300,10 @@ class AsyncMeteredStream(_Base):
             raise _async_stop(self._stop_error())
         try:
             chunk = await self._it.__anext__()
+            self._record(chunk)  # a chunk stating impossible usage raises InvalidUsageError
         except BaseException:
             await self.aclose()
             raise
-        self._record(chunk)
         self._limit = self._limit_reached()
         if self._limit is not None:
             await self._stop(self._limit[0])
