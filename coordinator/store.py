@@ -122,6 +122,10 @@ def _read_reply(conn: Any) -> Any:
     try:
         return conn.read_response()
     except redis.ResponseError as exc:
+        if "OOM command not allowed" in str(exc) and not isinstance(
+                exc, redis.exceptions.OutOfMemoryError):
+            # Redis before 7 reports a full Redis inside a script as a script error
+            return redis.exceptions.OutOfMemoryError(str(exc))
         return exc
 
 

@@ -317,7 +317,8 @@ def test_without_keys_a_dev_key_kept_in_redis_is_used_and_announced(
 def test_an_acl_user_in_the_url_works(redis_url: str) -> None:
     admin = redis.Redis.from_url(redis_url)
     admin.acl_setuser("budget-svc", enabled=True, passwords=["+svc-password-123"],
-                      keys=["bc:*"], channels=["bc:*"], commands=["+@all", "-@dangerous"])
+                      keys=["bc:*"], channels=["bc:*"], reset_channels=True,
+                      commands=["+@all", "-@dangerous"])
     try:
         url = redis_url.replace("redis://", "redis://budget-svc:svc-password-123@")
         c = Coordinator.from_url(url, token_keys=TEST_KEYS)
@@ -347,7 +348,14 @@ def test_rediss_tls_with_an_acl_user_works_through_the_url(tmp_path: Any) -> Non
     tls_port = free_port()
     args = ("--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file",
             str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no")
-    with RedisServer(extra_args=args) as server:
+    server = RedisServer(extra_args=args)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        if "tls-port" in str(exc):
+            pytest.skip("this redis-server was built without TLS")
+        raise
+    try:
         admin = redis.Redis.from_url(server.url)
         admin.execute_command(  # the user docs/http.md gives
             "ACL", "SETUSER", "budget-svc", "on", ">svc-password-123", "resetchannels",
@@ -372,6 +380,8 @@ def test_rediss_tls_with_an_acl_user_works_through_the_url(tmp_path: Any) -> Non
             except ConnectionResetError:
                 answer = b""
             assert not answer.startswith(b"+PONG")
+    finally:
+        server.stop()
 
 
 def test_a_cached_token_is_still_checked_for_time_and_tenant() -> None:
