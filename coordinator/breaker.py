@@ -13,7 +13,7 @@ from typing import Any
 
 from .coordinator import Coordinator
 from .errors import InvalidConfigError
-from .models import MAX_COUNT
+from .models import MAX_COUNT, in_range
 from .policy import PolicyContext, PolicyDecision
 from .shield_scripts import ScriptCall, ShieldScripts
 from .store import UNAVAILABLE
@@ -50,18 +50,13 @@ def _validate(name: object, failure_threshold: object, recovery_timeout_s: objec
     def bad(loc: str, msg: str, value: object) -> None:
         problems.append({"loc": (loc,), "msg": msg, "input": value})
 
-    def number(v: object, low: float, high: float) -> bool:
-        # The range check also rejects NaN, infinities and huge ints.
-        return (not isinstance(v, bool) and isinstance(v, (int, float))
-                and low <= v <= high)
-
     if (not isinstance(name, str) or not name or len(name) > 200 or "{" in name
             or "}" in name or not name.isprintable()):
         bad("name", "must be 1-200 printable characters without { }", name)
-    if not isinstance(failure_threshold, int) or not number(failure_threshold, 1, MAX_COUNT):
+    if not isinstance(failure_threshold, int) or not in_range(failure_threshold, 1, MAX_COUNT):
         bad("failure_threshold", f"must be an integer from 1 to {MAX_COUNT:.0e}",
             failure_threshold)
-    if not number(recovery_timeout_s, 0.001, MAX_RECOVERY_S):
+    if not in_range(recovery_timeout_s, 0.001, MAX_RECOVERY_S):
         bad("recovery_timeout_s", f"must be a number of seconds from 0.001 to "
                                   f"{MAX_RECOVERY_S} (1 day)", recovery_timeout_s)
     if coordinator is not None and not isinstance(coordinator, Coordinator):

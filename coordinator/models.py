@@ -58,6 +58,13 @@ MAX_TIMEOUT_MS = 10 * 365 * 24 * 3600 * 1000
 """Ten years: the longest timeout accepted."""
 
 
+def in_range(value: object, low: float, high: float) -> bool:
+    """Whether ``value`` is a real number (not a bool) from ``low`` to ``high``: the range
+    check also rejects NaN, infinities and ints too large for a float."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and low <= value <= high)
+
+
 def check_usd(value: Any, name: str, *, positive: bool = False) -> float:
     """``value`` as a USD amount: a real number (not a bool or a string), finite, at least 0
     (``positive``: at least one micro-dollar, the smallest amount the ledger counts) and at

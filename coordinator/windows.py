@@ -14,7 +14,7 @@ from .coordinator import Coordinator
 from .errors import InvalidConfigError
 from .hooks import RecordingHook
 from .limits import micro_to_usd, usd_to_micro
-from .models import MAX_COUNT, MAX_USD, Decision
+from .models import MAX_COUNT, MAX_USD, Decision, in_range
 from .pipeline import ShieldPipeline, ToolCallContext
 from .shield_scripts import ScriptCall, ShieldScripts
 from .store import UNAVAILABLE
@@ -235,24 +235,19 @@ def _validate(scope: object, max_calls: object, max_usd: object, window_s: objec
     def bad(loc: str, msg: str, value: object) -> None:
         problems.append({"loc": (loc,), "msg": msg, "input": value})
 
-    def number(v: object, low: float, high: float) -> bool:
-        # The range check also rejects NaN, infinities and huge ints.
-        return (not isinstance(v, bool) and isinstance(v, (int, float))
-                and low <= v <= high)
-
     if not isinstance(scope, str) or scope not in SCOPES:
         bad("scope", f"must be one of {', '.join(SCOPES)}", scope)
     if max_calls is None and max_usd is None:
         bad("max_calls", "give max_calls, max_usd or both", max_calls)
     if max_calls is not None and (not isinstance(max_calls, int)
-                                  or not number(max_calls, 1, MAX_COUNT)):
+                                  or not in_range(max_calls, 1, MAX_COUNT)):
         bad("max_calls", f"must be an integer from 1 to {MAX_COUNT:.0e}", max_calls)
-    if max_usd is not None and not number(max_usd, 0.000001, MAX_USD):
+    if max_usd is not None and not in_range(max_usd, 0.000001, MAX_USD):
         bad("max_usd", f"must be an amount from 0.000001 to {MAX_USD:.0e}", max_usd)
-    if not number(window_s, 0.001, MAX_WINDOW_S):
+    if not in_range(window_s, 0.001, MAX_WINDOW_S):
         bad("window_s", f"must be a number of seconds from 0.001 to {MAX_WINDOW_S} "
                         f"(30 days)", window_s)
-    if not number(degrade_at, 0, 1) or degrade_at == 0:
+    if not in_range(degrade_at, 0, 1) or degrade_at == 0:
         bad("degrade_at", "must be in (0, 1]", degrade_at)
     if (not isinstance(kinds, tuple) or not kinds
             or any(k not in ("llm", "tool") for k in kinds)):

@@ -84,12 +84,18 @@ def _documented_acl() -> list[str]:
     return rules
 
 
+def documented_acl_user(server: RedisServer) -> str:
+    """A user with exactly the ACL rules deploy/README.md gives on ``server``: its URL."""
+    admin = redis.Redis.from_url(server.url)
+    admin.execute_command("ACL", "SETUSER", "budget-svc", "on", ">svc-password-123",
+                          "resetkeys", "resetchannels", "-@all", *_documented_acl())
+    admin.close()
+    return server.url.replace("redis://", "redis://budget-svc:svc-password-123@")
+
+
 def test_the_documented_acl_is_enough_for_every_operation_and_no_more() -> None:
     with RedisServer() as server:
-        admin = redis.Redis.from_url(server.url)
-        admin.execute_command("ACL", "SETUSER", "budget-svc", "on", ">svc-password-123",
-                              "resetkeys", "resetchannels", "-@all", *_documented_acl())
-        url = server.url.replace("redis://", "redis://budget-svc:svc-password-123@")
+        url = documented_acl_user(server)
         c = Coordinator.from_url(url)  # no keys configured: the dev key kept in Redis
         other = Coordinator.from_url(url)  # another process's
         shields = ShieldPipeline(BudgetWindowHook(scope="service", max_calls=10,
@@ -126,4 +132,3 @@ def test_the_documented_acl_is_enough_for_every_operation_and_no_more() -> None:
         for co in (c, other):
             co.close()
             co.client.close()
-        admin.close()

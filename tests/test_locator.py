@@ -361,13 +361,11 @@ def test_two_opens_of_the_same_new_id_in_one_tree_at_once(
 
 
 def test_the_refusal_works_under_the_documented_acl() -> None:
-    from tests.test_deploy import _documented_acl
+    from tests.test_deploy import documented_acl_user
 
     with RedisServer() as server:
+        url = documented_acl_user(server)
         admin = redis.Redis.from_url(server.url)
-        admin.execute_command("ACL", "SETUSER", "budget-svc", "on", ">svc-password-123",
-                              "resetkeys", "resetchannels", "-@all", *_documented_acl())
-        url = server.url.replace("redis://", "redis://budget-svc:svc-password-123@")
         for c in other_coord(url):
             root = ExecutionContext(CFG, metadata=meta("acl-a"), coordinator=c)
             root.spawn_child(metadata=meta("acl-kid"))
