@@ -506,8 +506,7 @@ class ExecutionContext:
         in the background until it lands. ``reason`` is kept as the stop's detail (cut at
         MAX_REASON characters); a reason that is not a string raises TypeError before
         anything changes."""
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a string; got {reason!r}")
+        _check_type("reason", reason, str)
         self._on_stop("aborted")
         self._send_abort(reason[:MAX_REASON])
 
