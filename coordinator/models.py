@@ -56,6 +56,8 @@ MAX_COUNT = 10**15
 """The largest count accepted anywhere: a token, step or retry limit, a token amount."""
 MAX_TIMEOUT_MS = 10 * 365 * 24 * 3600 * 1000
 """Ten years: the longest timeout accepted."""
+MAX_LABEL = 256
+"""The longest label (org, team, service, user, model, tag, operation name) accepted."""
 
 
 def in_range(value: object, low: float, high: float) -> bool:
@@ -194,18 +196,18 @@ class ChainMetadata(_Frozen):
     """Unique id of this request."""
     chain_id: str
     """Logical id of the chain (agent run); unique per context."""
-    org_id: str = ""
+    org_id: str = Field(default="", max_length=MAX_LABEL)
     """Organisation (tenant) id."""
-    team: str = ""
+    team: str = Field(default="", max_length=MAX_LABEL)
     """Team or cost centre."""
-    service: str = ""
+    service: str = Field(default="", max_length=MAX_LABEL)
     """Service or agent name."""
-    user_id: str | None = None
+    user_id: str | None = Field(default=None, max_length=MAX_LABEL)
     """End-user id, if known."""
-    model: str | None = None
+    model: str | None = Field(default=None, max_length=MAX_LABEL)
     """Primary model name, if known."""
     tags: dict[str, str] = Field(default_factory=dict)
-    """Arbitrary key/value labels."""
+    """Arbitrary key/value labels (at most 64, each key and value at most 256 characters)."""
 
     @field_validator("chain_id", "request_id")
     @classmethod
@@ -214,11 +216,19 @@ class ChainMetadata(_Frozen):
             raise ValueError("ids must be 1-128 printable characters without , { }")
         return v
 
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > 64 or any(len(k) > MAX_LABEL or len(x) > MAX_LABEL for k, x in v.items()):
+            raise ValueError(f"at most 64 tags, keys and values of at most {MAX_LABEL} "
+                             f"characters")
+        return v
+
 
 class WrapOptions(_Frozen):
     """Per-call options."""
 
-    operation_name: str = ""
+    operation_name: str = Field(default="", max_length=MAX_LABEL)
     """Human-readable label for the node."""
     cost_estimate_hint: float = 0.0
     """Estimated USD cost, reserved before the call at every level of the tree."""

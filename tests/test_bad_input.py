@@ -187,10 +187,17 @@ def test_the_token_ledger_refuses_fractions_huge_amounts_and_foreign_reservation
     check_tree(coord.client, ctx.chain_id)
 
 
-def test_chain_ids_and_deadlines_are_checked_before_opening(coord: Coordinator) -> None:
+def test_chain_ids_labels_and_deadlines_are_checked_before_opening(
+        coord: Coordinator) -> None:
     for bad in ("a,b", "{x}", "", "x" * 200, "nul\x00"):
         with pytest.raises(InvalidConfigError):
             ChainMetadata(request_id="r", chain_id=bad)
+    for labels in ({"team": "x" * 1_000_000}, {"tags": {str(i): "v" for i in range(100_000)}},
+                   {"tags": {"k": "v" * 1000}}, {"service": 5}):
+        with pytest.raises(InvalidConfigError):
+            ChainMetadata(request_id="r", chain_id="c", **labels)
+    with pytest.raises(InvalidConfigError):
+        WrapOptions(operation_name="x" * 5_000_000)
     with pytest.raises(InvalidConfigError):
         ExecutionConfig(max_cost_usd=1.0, max_steps=1, max_retries_total=1,
                         deadline=datetime(2000, 1, 1, tzinfo=timezone.utc))
