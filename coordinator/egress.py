@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,12 +19,26 @@ _LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
 _HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 
+# IPv4 as resolvers also read it: 1 to 4 parts, each decimal, octal (0177) or hex (0x7f)
+_NUMERIC_V4 = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}")
+
+
 def _ip(host: str) -> str | None:
-    """``host``'s IP address in canonical form, or None when it is not an IP address."""
+    """``host``'s IP address in canonical form, or None when it is not an IP address.
+    Every spelling of one address is the same address: ``127.1``, ``2130706433``,
+    ``0x7f.0.0.1`` and ``::ffff:127.0.0.1`` are all ``127.0.0.1`` (a deny list would
+    otherwise be passed by writing a listed address another way)."""
     try:
-        return ipaddress.ip_address(host).compressed
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
     except ValueError:
-        return None
+        if not _NUMERIC_V4.fullmatch(host):
+            return None
+        try:
+            ip = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).compressed
 
 
 def _as_listed(entry: object) -> str:

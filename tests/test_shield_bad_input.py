@@ -68,6 +68,18 @@ def test_deny_list_accepts_host_names_and_ip_literals() -> None:
     assert hook.denied_host("http://10.0.0.2/") is None
 
 
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1/", "http://127.1/", "http://2130706433/", "http://0x7f.0.0.1/",
+    "http://0177.0.0.1/", "http://[::ffff:127.0.0.1]/", "http://127.000.000.001/",
+])
+def test_a_listed_address_is_denied_however_it_is_spelled(url: str) -> None:
+    hook = DenyListEgressHook(["127.1", "example.com"])  # listed as 127.0.0.1
+    assert hook.hosts == {"127.0.0.1", "example.com"}
+    assert hook.denied_host(url) == "127.0.0.1"
+    assert hook.denied_host("http://127.0.0.2/") is None
+    assert hook.denied_host("http://1.example.com/") == "example.com"
+
+
 # -- 2. check_egress with a malformed URL or a non-string -----------------------------------
 
 @pytest.mark.parametrize("url", ["http://[::1", "http://a.com:x/", "http://a.com:99999/"])
