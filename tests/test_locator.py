@@ -170,8 +170,8 @@ def test_a_child_cannot_take_the_id_of_another_trees_child(coord: Coordinator,
 def test_a_celery_task_whose_id_is_another_trees_context_records_nothing(
         coord: Coordinator, coord2: Coordinator) -> None:
     """The task decorator rejoins on ContextExistsError (a redelivered message): with an
-    id of another tree there is nothing to rejoin in its own tree, so the task fails, and
-    nothing is charged to or written in either tree."""
+    id of another tree there is nothing to rejoin in its own tree, so the task fails with
+    ContextExistsError, and nothing is charged to or written in either tree."""
     from worker.decorator import _open
 
     root, _ = tree_with_spent_child(coord, "task-id")
@@ -179,7 +179,7 @@ def test_a_celery_task_whose_id_is_another_trees_context_records_nothing(
     coord2.store.flush()
     before = dump(coord.client)
     for token in (None, mine.token):
-        with pytest.raises(ContextNotFoundError):
+        with pytest.raises(ContextExistsError):
             _open(coord2, token, meta("task-id"), CFG, None, None, None, 0, None)
     assert dump(coord.client) == before
     assert ExecutionContext.load_snapshot("task-id", coord2).cost_usd_accumulated == \

@@ -22,7 +22,7 @@ from celery._state import get_current_task
 from coordinator.cancellation import CancelledByContext
 from coordinator.context import ExecutionContext
 from coordinator.coordinator import Coordinator
-from coordinator.errors import ContextExistsError
+from coordinator.errors import ContextExistsError, ContextNotFoundError
 from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 
 from . import running
@@ -201,7 +201,10 @@ def _rejoin(coord: Coordinator, path: tuple[str, ...]) -> ExecutionContext:
     log.info("context %s exists (message delivered again): joining it", path[-1])
     token = coord.codec.encode(root=path[0], path=path, tenant=coord.tenant, ttl_s=60,
                                now=coord.redis_now_ms() / 1000)
-    return ExecutionContext.attach(token, coord)
+    try:
+        return ExecutionContext.attach(token, coord)
+    except ContextNotFoundError:  # not here: the id is another tree's (nothing recorded)
+        raise ContextExistsError(path[-1]) from None
 
 
 def _check_runnable(coord: Coordinator, ctx: ExecutionContext, name: str, task_id: str, *,
