@@ -10,7 +10,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidCostError
-from .models import MAX_COUNT, MAX_USD, ExecutionConfig, TokenBudget, TokenTotals, WrapOptions
+from .models import (
+    MAX_COUNT,
+    MAX_USD,
+    ExecutionConfig,
+    TokenBudget,
+    TokenTotals,
+    WrapOptions,
+    in_range,
+)
 
 MICRO = 1_000_000
 
@@ -21,28 +29,23 @@ TOKEN_DIMS = {"ttot": "total", "tin": "input", "tout": "output"}
 _FIELD_DIM = {v: k for k, v in TOKEN_DIMS.items()}
 
 
-def check_amount(field: str, value: float | int | None) -> None:
-    """Raise :class:`InvalidCostError` for an amount that is not a number, NaN, infinite,
-    negative or larger than any real one (MAX_USD for a cost, MAX_COUNT for tokens)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidCostError(field, value)
-    maximum = MAX_USD if "usd" in field else MAX_COUNT
-    if not math.isfinite(value) or not 0 <= value <= maximum:
+def check_cost(value: float | int | None, field: str = "cost_usd") -> None:
+    """Raise :class:`InvalidCostError` unless ``value`` is None or a USD amount from 0 to
+    MAX_USD (a real number: not a bool, a string, NaN or infinite)."""
+    if value is not None and not in_range(value, 0, MAX_USD):
         raise InvalidCostError(field, value)
 
 
 def check_tokens(field: str, value: float | int | None) -> None:
-    """:func:`check_amount`, and a whole number."""
-    check_amount(field, value)
-    if value is not None and int(value) != value:
+    """Raise :class:`InvalidCostError` unless ``value`` is None or a whole number of tokens
+    from 0 to MAX_COUNT."""
+    if value is not None and not (in_range(value, 0, MAX_COUNT) and int(value) == value):
         raise InvalidCostError(field, value)
 
 
 def usd_to_micro(usd: float, *, round_up: bool = False) -> int:
     """USD as integer micro-USD. Estimates round up (conservative), actuals to nearest."""
-    check_amount("cost_usd", usd)
+    check_cost(usd)
     scaled = usd * MICRO
     return math.ceil(scaled - 1e-6) if round_up else int(round(scaled))
 

@@ -6,7 +6,6 @@ Limits specification's ``PromptEvaluationError(phase="preflight")``).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -71,10 +70,7 @@ def check_usd(value: Any, name: str, *, positive: bool = False) -> float:
     """``value`` as a USD amount: a real number (not a bool or a string), finite, at least 0
     (``positive``: at least one micro-dollar, the smallest amount the ledger counts) and at
     most MAX_USD. Raises ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        math.isfinite(value) and (value >= 1e-6 if positive else value >= 0)
-        and value <= MAX_USD
-    ):
+    if not in_range(value, 1e-6 if positive else 0, MAX_USD):
         least = "one micro-dollar (1e-6)" if positive else "0"
         raise ValueError(f"{name} must be a number from {least} to {MAX_USD:g}")
     return float(value)

@@ -3,7 +3,6 @@ or what its return value carries (OpenAI, Anthropic and LiteLLM response shapes)
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -11,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidUsageError
-from .limits import check_amount, check_tokens
-from .models import MAX_COUNT, check_slug
+from .limits import check_cost, check_tokens
+from .models import MAX_COUNT, check_slug, in_range
 
 
 @dataclass
@@ -133,7 +132,7 @@ def report_usage(
     ``input_tokens`` or ``provider``/``model`` are not names, and ``RuntimeError`` outside
     a wrapped call. What is reported before the function raises is still charged.
     """
-    check_amount("cost_usd", cost_usd)
+    check_cost(cost_usd)
     for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
                         ("cache_read_input_tokens", cache_read_input_tokens),
                         ("cache_creation_input_tokens", cache_creation_input_tokens)):
@@ -178,9 +177,7 @@ def count(value: Any) -> int | None:
     impossible counts cannot be charged from (the wrap charges the call's estimate)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        math.isfinite(value) and 0 <= value <= MAX_COUNT and int(value) == value
-    ):
+    if not (in_range(value, 0, MAX_COUNT) and int(value) == value):
         raise InvalidUsageError(f"a provider's token count must be a whole number from 0 "
                                 f"to {MAX_COUNT}; got {value!r}")
     return int(value)
@@ -246,7 +243,7 @@ def usage_from_response(response: Any) -> Usage | None:
         cost = field(hidden, "response_cost")
     if cost is not None:
         try:
-            check_amount("cost_usd", cost)
+            check_cost(cost)
         except ValueError as exc:
             raise InvalidUsageError(f"the response's cost: {exc}") from None
         cost = float(cost)
