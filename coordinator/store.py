@@ -399,20 +399,19 @@ class Store:
                                        path.root]))
         results = self._round_trip(ops)
         claimed, holder, res = results[0], results[1], results[2]
-        # None: this call claimed the id; else the root that holds it, or the SET's error
-        claim = claimed if isinstance(claimed, Exception) else None if claimed else holder
-        if claim is None and isinstance(res, Exception):
-            self._release_locator(path)  # claimed, but the script failed (out of memory)
-        elif isinstance(claim, Exception) and not isinstance(res, Exception) and res[0] == 1:
-            self._undo_open(path)  # no claim (out of memory): no context
+        if isinstance(claimed, Exception):  # no claim (out of memory): no context either
+            if not isinstance(res, Exception) and res[0] == 1:
+                self._undo_open(path)
+        elif claimed and isinstance(res, Exception):  # claimed, but the script failed
+            self._release_locator(path)
         for r in results:
             if isinstance(r, Exception):
                 raise r
-        located = _text(claim)
         if res[0] == 0:
-            if located is None and _text(res[1]) != "exists":
+            if claimed and _text(res[1]) != "exists":  # claimed for nothing created
                 self._release_locator(path)
             return ":".join(str(x) for x in res[1:])
+        located = None if claimed else _text(holder)  # the root holding the id already
         if located is not None and located != path.root:
             # The id is another tree's: refused, and the context just created undone.
             self._undo_open(path)
