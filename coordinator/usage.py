@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import InvalidUsageError
 from .limits import check_cost, check_tokens
-from .models import MAX_COUNT, check_slug, in_range
+from .models import MAX_COUNT, MAX_LABEL, check_slug, in_range
 
 
 @dataclass
@@ -150,16 +150,22 @@ def report_usage(
     collector.add(Usage(cost_usd, inp, int(output_tokens or 0), model, provider, cread, cwrite))
 
 
+def is_model_name(model: Any) -> bool:
+    """A string of 1 to MAX_LABEL characters (the bound of every label)."""
+    return isinstance(model, str) and 0 < len(model) <= MAX_LABEL
+
+
 def check_names(provider: Any, model: Any) -> None:
     """Raise InvalidUsageError unless ``provider`` is a provider slug (or None) and
-    ``model`` a model name of at most 256 characters (or None)."""
+    ``model`` a model name (:func:`is_model_name`, or None)."""
     if provider is not None:
         try:
             check_slug(provider)
         except ValueError as exc:
             raise InvalidUsageError(str(exc)) from None
-    if model is not None and not (isinstance(model, str) and 0 < len(model) <= 256):
-        raise InvalidUsageError(f"model must be a name of 1-256 characters; got {model!r}")
+    if model is not None and not is_model_name(model):
+        raise InvalidUsageError(f"model must be a name of 1-{MAX_LABEL} characters; "
+                                f"got {model!r}")
 
 
 def field(obj: Any, name: str) -> Any:
@@ -249,7 +255,7 @@ def usage_from_response(response: Any) -> Usage | None:
         cost = float(cost)
     usage = field(response, "usage")
     model = field(response, "model")
-    model = model if isinstance(model, str) and 0 < len(model) <= 256 else None
+    model = model if is_model_name(model) else None
     if usage is None:
         return Usage(cost_usd=cost, model=model) if cost is not None else None
     result = tokens_from_usage(usage)
