@@ -33,7 +33,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from .errors import InvalidUsageError
 
 if TYPE_CHECKING:
-    from .coordinator import Coordinator
+    from .runtime.coordinator import Coordinator
 
 log = logging.getLogger("coordinator.metrics")
 

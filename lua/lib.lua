@@ -1,4 +1,4 @@
--- lib.lua: helpers shared by the scripts. coordinator/scripts.py prepends this file to
+-- lib.lua: helpers shared by the scripts. coordinator/store/scripts.py prepends this file to
 -- every other script before registering it, so each script stays one atomic EVALSHA.
 --
 -- Context hash fields used here:

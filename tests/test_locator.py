@@ -24,7 +24,7 @@ from coordinator import (
 from coordinator.cli import main
 from coordinator.embedded import RedisServer
 from coordinator.errors import ContextExistsError, ContextNotFoundError
-from coordinator.store import Path, Store
+from coordinator.store.tree import Path, Store
 from tests.invariants import check_tree
 from tests.procs import TEST_KEYS
 
@@ -102,8 +102,8 @@ def test_a_new_root_cannot_take_the_id_of_another_trees_child(
     # nothing of the refused root remains; the other tree is untouched, locator included
     assert dump(coord.client) == before
     assert not coord.client.keys("bc:{shared-id}*")
-    assert coord.store.active_roots() == ["tree-a"]
-    assert coord.store.locate("shared-id") == "tree-a"
+    assert coord.views.active_roots() == ["tree-a"]
+    assert coord.views.locate("shared-id") == "tree-a"
 
     # every view by id still reaches the child that recorded the spend
     snap = ExecutionContext.load_snapshot("shared-id", coord2)
@@ -138,14 +138,14 @@ def test_a_child_cannot_take_the_id_of_another_trees_root(coord: Coordinator,
     ks = coord.keyspace
     assert not coord.client.exists(ks.ctx("tree-r", "tree-t"))
     assert coord.store.children("tree-r", "tree-r") == []
-    assert coord.store.locate("tree-t") == "tree-t"
+    assert coord.views.locate("tree-t") == "tree-t"
     snap = ExecutionContext.load_snapshot("tree-t", coord2)
     assert snap.cost_usd_accumulated == pytest.approx(0.3) and snap.parent_chain_id is None
 
     # both trees go on as before, and a free id still opens in the refusing tree
     assert spend(mine, 0.1) == Decision.ALLOW
     kid = mine.spawn_child(metadata=meta("tree-r-kid"))
-    assert coord.store.locate("tree-r-kid") == "tree-r"
+    assert coord.views.locate("tree-r-kid") == "tree-r"
     kid.close()
     mine.close()
     other.close()
@@ -233,7 +233,7 @@ def test_a_retried_open_whose_first_attempt_went_through_still_opens(
         assert spend(ctx, 0.1) == Decision.ALLOW  # opens on first use: 'exists' is its own
         snap = ExecutionContext.load_snapshot(ctx.chain_id, coord)
         assert snap.cost_usd_accumulated == pytest.approx(0.1)
-        assert coord.store.locate(ctx.chain_id) == ctx.root_id
+        assert coord.views.locate(ctx.chain_id) == ctx.root_id
         ctx.close()
     root.close()
     check_tree(coord.client, "retried")
@@ -253,7 +253,7 @@ def test_a_redelivered_task_rejoins_its_context(coord: Coordinator,
         again, rejoined = _open(coord2, token, meta(path[-1]), CFG, None, None, None, 0, None)
         assert rejoined and again.path == path
         assert again.get_snapshot().cost_usd_accumulated == pytest.approx(0.05)
-        assert coord.store.locate(path[-1]) == path[0]
+        assert coord.views.locate(path[-1]) == path[0]
         again.detach()
         first.close()
     parent.close()
@@ -269,11 +269,11 @@ def test_an_open_refused_for_a_missing_ancestor_keeps_no_locator(coord: Coordina
                                tenant=coord.tenant, ttl_s=60, now=coord.redis_now_ms() / 1000)
     with pytest.raises(ContextNotFoundError):
         ExecutionContext.spawn_from_token(ghost, coord, metadata=meta("orphan"))
-    assert coord.store.locate("orphan") is None
+    assert coord.views.locate("orphan") is None
     assert not coord.client.keys("*orphan*")
     # so the id is still free for any tree
     elsewhere = ExecutionContext(CFG, metadata=meta("orphan"), coordinator=coord2)
-    assert coord.store.locate("orphan") == "orphan"
+    assert coord.views.locate("orphan") == "orphan"
     elsewhere.close()
     root.close()
 
@@ -319,7 +319,7 @@ def test_two_trees_opening_the_same_new_id_at_once_one_wins(
         assert len(won) == 1, got
         winner = won[0].root_id
         loser = "race-b" if winner == "race-a" else "race-a"
-        assert coord.store.locate(kid) == winner
+        assert coord.views.locate(kid) == winner
         assert client.exists(ks.ctx(winner, kid)) and not client.exists(ks.ctx(loser, kid))
         assert kid in coord.store.children(winner, winner)
         assert kid not in coord.store.children(loser, loser)
@@ -330,14 +330,14 @@ def test_two_trees_opening_the_same_new_id_at_once_one_wins(
         won = [c for c in got if c is not None]
         assert len(won) == 1, got
         if won[0].root_id == new_root:
-            assert coord.store.locate(new_root) == new_root
+            assert coord.views.locate(new_root) == new_root
             assert not client.exists(ks.ctx("race-a", new_root))
             assert new_root not in coord.store.children("race-a", "race-a")
-            assert new_root in coord.store.active_roots(limit=1000)
+            assert new_root in coord.views.active_roots(limit=1000)
         else:
-            assert coord.store.locate(new_root) == "race-a"
+            assert coord.views.locate(new_root) == "race-a"
             assert not client.keys(f"bc:{{{new_root}}}*")
-            assert new_root not in coord.store.active_roots(limit=1000)
+            assert new_root not in coord.views.active_roots(limit=1000)
     a.close()
     b.close()
 
@@ -352,7 +352,7 @@ def test_two_opens_of_the_same_new_id_in_one_tree_at_once(
         got = race(lambda kid=kid: a.spawn_child(metadata=meta(kid)),
                    lambda kid=kid: a2.spawn_child(metadata=meta(kid)))
         assert len([c for c in got if c is not None]) == 1
-        assert coord.store.locate(kid) == "one-tree"
+        assert coord.views.locate(kid) == "one-tree"
         assert coord.store.read_hash("one-tree", kid)["status"] == "running"
     a.close()
 
@@ -378,8 +378,8 @@ def test_the_refusal_works_under_the_documented_acl() -> None:
                                    ttl_s=60, now=c.redis_now_ms() / 1000)
             with pytest.raises(ContextNotFoundError):
                 ExecutionContext.spawn_from_token(ghost, c, metadata=meta("acl-orphan"))
-            assert c.store.locate("acl-kid") == "acl-a"
-            assert c.store.locate("acl-orphan") is None
+            assert c.views.locate("acl-kid") == "acl-a"
+            assert c.views.locate("acl-orphan") is None
             assert not admin.exists("bc:{acl-kid}:ctx:acl-kid", "bc:{acl-b}:ctx:acl-a")
         admin.close()
 
@@ -397,10 +397,10 @@ def test_open_refusals_through_the_store(coord: Coordinator) -> None:
     assert store.open(Path("x", ("x",)), **kw) == "exists"
     assert store.open(Path("t1", ("t1", "x")), **kw) == "exists"  # same tree: as before
     assert store.open(Path("t2", ("t2", "nope", "y")), **kw) == "missing:nope"
-    assert store.locate("y") is None
+    assert coord.views.locate("y") is None
     assert store.open(Path("t2", ("t2", "nope", "x")), **kw) == "missing:nope"
-    assert store.locate("x") == "t1"
-    assert store.active_roots() == ["t1", "t2"]
+    assert coord.views.locate("x") == "t1"
+    assert coord.views.active_roots() == ["t1", "t2"]
 
 
 def test_an_open_whose_claim_fails_leaves_no_context() -> None:

@@ -27,6 +27,7 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
+from coordinator.core.token_codec import CLOCK_SKEW_S, MAX_TOKEN_BYTES, TokenCodec, parse_keys
 from coordinator.embedded import RedisServer, free_port
 from coordinator.errors import (
     TenantMismatchError,
@@ -39,7 +40,6 @@ from coordinator.errors import (
     TokenVersionError,
     UnknownKeyError,
 )
-from coordinator.tokens import CLOCK_SKEW_S, MAX_TOKEN_BYTES, TokenCodec, parse_keys
 
 from .conftest import TEST_KEYS
 

@@ -19,9 +19,7 @@ import redis
 from celery import signals
 from celery._state import get_current_task
 
-from coordinator.cancellation import CancelledByContext
-from coordinator.context import ExecutionContext
-from coordinator.coordinator import Coordinator
+from coordinator import CancelledByContext, Coordinator, ExecutionContext
 from coordinator.errors import ContextExistsError, ContextNotFoundError
 from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 

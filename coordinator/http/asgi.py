@@ -8,9 +8,9 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..context import _current_context
-from ..coordinator import Coordinator
+from ..context.execution import _current_context
 from ..models import ExecutionConfig
+from ..runtime.coordinator import Coordinator
 from .common import HEADER, RequestRefused, finish, flush, resolve
 
 Scope = MutableMapping[str, Any]

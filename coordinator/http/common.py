@@ -11,8 +11,7 @@ from typing import Any
 
 import redis
 
-from ..context import ExecutionContext, current_context
-from ..coordinator import Coordinator
+from ..context.execution import ExecutionContext, current_context
 from ..errors import (
     BackendUnavailableError,
     ContextNotFoundError,
@@ -21,6 +20,7 @@ from ..errors import (
     TokenMissingError,
 )
 from ..models import ExecutionConfig
+from ..runtime.coordinator import Coordinator
 
 log = logging.getLogger("coordinator.http")
 

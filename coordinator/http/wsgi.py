@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..context import ExecutionContext, _current_context
-from ..coordinator import Coordinator
+from ..context.execution import ExecutionContext, _current_context
 from ..models import ExecutionConfig
+from ..runtime.coordinator import Coordinator
 from .common import RequestRefused, finish, flush, resolve
 
 StartResponse = Callable[..., Any]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .store import Store
+from .tree import Store
 
 
 @dataclass(frozen=True)

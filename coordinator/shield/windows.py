@@ -9,15 +9,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.amounts import micro_to_usd, usd_to_micro
+from ..errors import InvalidConfigError
+from ..models import MAX_COUNT, MAX_USD, Decision, in_range
+from ..runtime.coordinator import Coordinator
+from ..store.shield_scripts import ScriptCall, ShieldScripts
+from ..store.tree import UNAVAILABLE
 from .breaker import CircuitBreaker
-from .coordinator import Coordinator
-from .errors import InvalidConfigError
 from .hooks import RecordingHook
-from .limits import micro_to_usd, usd_to_micro
-from .models import MAX_COUNT, MAX_USD, Decision, in_range
 from .pipeline import ShieldPipeline, ToolCallContext
-from .shield_scripts import ScriptCall, ShieldScripts
-from .store import UNAVAILABLE
 
 log = logging.getLogger("coordinator")
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .coordinator import Coordinator
-from .errors import InvalidConfigError
-from .models import MAX_COUNT, in_range
+from ..errors import InvalidConfigError
+from ..models import MAX_COUNT, in_range
+from ..runtime.coordinator import Coordinator
+from ..store.shield_scripts import ScriptCall, ShieldScripts
+from ..store.tree import UNAVAILABLE
 from .policy import PolicyContext, PolicyDecision
-from .shield_scripts import ScriptCall, ShieldScripts
-from .store import UNAVAILABLE
 
 log = logging.getLogger("coordinator")
 

@@ -18,7 +18,7 @@ def lua_dir() -> Path:
     packaged = Path(str(resources.files("coordinator"))) / "lua"
     if (packaged / "reserve.lua").is_file():
         return packaged
-    return Path(__file__).resolve().parent.parent / "lua"
+    return Path(__file__).resolve().parents[2] / "lua"
 
 
 def script_source(name: str) -> str:

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal
 
+from ..core.usage import Usage, UsageMeter, count, current_collector, field, tokens_from_usage
+from ..errors import InvalidUsageError, TokenBudgetExceededError
 from .cancellation import CancelledByContext
-from .context import _current_call, current_cancellation_token
-from .errors import InvalidUsageError, TokenBudgetExceededError
-from .usage import Usage, UsageMeter, count, current_collector, field, tokens_from_usage
+from .execution import _current_call, current_cancellation_token
 
 OnLimit = Literal["stop", "raise"]
 # Responses API delta events that carry generated text (audio deltas are base64, not text).

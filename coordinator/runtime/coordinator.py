@@ -5,8 +5,6 @@ lease renewals)."""
 from __future__ import annotations
 
 import atexit
-import heapq
-import itertools
 import json
 import logging
 import os
@@ -19,66 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from .keys import KeySpace, validate_tenant
-from .store import Store
-from .tokens import TokenCodec, parse_keys
+from ..core.keys import KeySpace, validate_tenant
+from ..core.token_codec import TokenCodec, parse_keys
+from ..store.tree import Store
+from ..store.views import Views
+from .settings import DEFAULT_LEASE_MS, DEFAULT_RETENTION_S, FLUSH_AFTER_S, default_url
+from .timers import Timers
 
 if TYPE_CHECKING:
-    from .context import ExecutionContext
+    from ..context.execution import ExecutionContext
 
 log = logging.getLogger("coordinator")
-
-DEFAULT_URL = "redis://localhost:6379/0"
-DEFAULT_LEASE_MS = 60_000
-DEFAULT_RETENTION_S = 7 * 24 * 3600
-FLUSH_AFTER_S = 0.02
-# Stops that cancel work in flight. Ceiling stops (budget, steps, retries, tokens) let
-# calls that already hold a reservation finish: they fit under the ceiling by design.
-CANCELLING_REASONS = frozenset({"aborted", "timeout"})
-
-
-def default_url() -> str:
-    """``BUDGET_REDIS_URL``, then ``REDIS_URL``, then ``redis://localhost:6379/0``."""
-    return os.environ.get("BUDGET_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_URL
-
-
-class _Timers:
-    """A single background thread running callbacks at monotonic times."""
-
-    def __init__(self, name: str) -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._cond = threading.Condition()
-        self._seq = itertools.count()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def call_at(self, when: float, fn: Callable[[], None]) -> None:
-        with self._cond:
-            heapq.heappush(self._heap, (when, next(self._seq), fn))
-            self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and (
-                    not self._heap or self._heap[0][0] > time.monotonic()
-                ):
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(wait)
-                if self._closed:
-                    return
-                _, _, fn = heapq.heappop(self._heap)
-            try:
-                fn()
-            except Exception:  # a timer must never kill the thread  # noqa: BLE001
-                log.exception("background task failed")
-
 
 class Coordinator:
     """A Redis connection with the scripts loaded, the token keys and the stop listener.
@@ -104,6 +53,7 @@ class Coordinator:
         self.keyspace = KeySpace(validate_tenant(tenant))
         self.tenant = tenant
         self.store = Store(client, self.keyspace, lease_ms)
+        self.views = Views(client, self.keyspace)
         self.retention_s = retention_s
         self.fail_open = fail_open
         """Opt-in: when Redis is unreachable, run calls without a budget instead of
@@ -113,7 +63,7 @@ class Coordinator:
         self._contexts: weakref.WeakSet[ExecutionContext] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._timers: _Timers | None = None
+        self._timers: Timers | None = None
         self._listener: threading.Thread | None = None
         self._closed = False
         self._clock_offset_ms = 0.0  # Redis time - local time, refreshed on every reserve
@@ -238,7 +188,7 @@ class Coordinator:
                 return
             self._pid = os.getpid()
             self._closed = False
-            self._timers = _Timers("budget-timers")
+            self._timers = Timers("budget-timers")
             self._listener = threading.Thread(
                 target=self._listen, name="budget-stop-listener", daemon=True
             )

@@ -17,10 +17,28 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
-from . import pricing
-from .cancellation import CancellationToken, CancelledByContext
-from .coordinator import CANCELLING_REASONS, Coordinator
-from .errors import (
+from ..core import pricing
+from ..core.amounts import (
+    actual_amounts,
+    held_amount,
+    micro_to_usd,
+    ms_to_datetime,
+    remaining_tokens,
+    remaining_usd,
+    reserve_amounts,
+    usd_to_micro,
+)
+from ..core.paths import Path
+from ..core.plans import (
+    PLACEHOLDER_CONFIG,
+    OpenPlan,
+    child_plan,
+    open_plan,
+    placeholder_metadata,
+)
+from ..core.snapshots import build_snapshot, config_from_hash
+from ..core.usage import Usage, UsageCollector, reset_collector, set_collector, usage_from_response
+from ..errors import (
     BackendUnavailableError,
     ContextExistsError,
     ContextNotFoundError,
@@ -32,18 +50,7 @@ from .errors import (
     TokenBudgetExceededError,
     TokenMalformedError,
 )
-from .ledger import TokenLedger
-from .limits import (
-    actual_amounts,
-    held_amount,
-    micro_to_usd,
-    ms_to_datetime,
-    remaining_tokens,
-    remaining_usd,
-    reserve_amounts,
-    usd_to_micro,
-)
-from .models import (
+from ..models import (
     ActiveLimits,
     ChainMetadata,
     ContextSnapshot,
@@ -54,22 +61,19 @@ from .models import (
     WrapOptions,
     validate_deadline,
 )
-from .pipeline import ShieldPipeline, ToolCallContext
-from .plans import (
-    PLACEHOLDER_CONFIG,
-    OpenPlan,
-    child_plan,
-    open_plan,
-    placeholder_metadata,
-)
-from .policy import PolicyContext
-from .snapshots import build_snapshot, config_from_hash
-from .store import UNAVAILABLE, Held, Path, Replayed
-from .usage import Usage, UsageCollector, reset_collector, set_collector, usage_from_response
+from ..runtime.coordinator import Coordinator
+from ..shield.pipeline import ShieldPipeline, ToolCallContext
+from ..shield.policy import PolicyContext
+from ..store.tree import UNAVAILABLE, Held, Replayed
+from .cancellation import CancellationToken, CancelledByContext
+from .ledger import TokenLedger
 
 log = logging.getLogger("coordinator")
 
 HOOK = "ExecutionContext"
+# Stops that cancel work in flight. Ceiling stops (budget, steps, retries, tokens) let
+# calls that already hold a reservation finish: they fit under the ceiling by design.
+CANCELLING_REASONS = frozenset({"aborted", "timeout"})
 TOKEN_TTL_S = 24 * 3600
 _NO_OPTIONS = WrapOptions()
 # Errors raised by tool code that mean "a limit stops me" (the Limits specification).
@@ -344,7 +348,7 @@ class ExecutionContext:
         closed: its state was persisted in Redis at every step)."""
         coord = coordinator or Coordinator.default()
         try:
-            root = coord.store.locate(chain_id)
+            root = coord.views.locate(chain_id)
             h = coord.store.read_hash(root, chain_id) if root is not None else {}
             if root is None or not h:
                 raise ContextNotFoundError(chain_id)
@@ -455,8 +459,10 @@ class ExecutionContext:
             self._store.flush()
             if self._owner and self._open_args is None:
                 m = self.metadata
-                self._store.close(self._path, self._coord.retention_s,
-                                  {"org": m.org_id, "team": m.team, "service": m.service})
+                spent = self._store.close(self._path, self._coord.retention_s)
+                self._coord.views.add_closed_tree(
+                    spent, {"org": m.org_id, "team": m.team, "service": m.service},
+                    self._coord.retention_s)
         except UNAVAILABLE as exc:
             log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
                         "open leases will charge their estimates", self.chain_id, exc)

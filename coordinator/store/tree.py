@@ -15,7 +15,8 @@ from typing import Any
 
 import redis
 
-from .keys import KeySpace
+from ..core.keys import KeySpace
+from ..core.paths import Path
 from .scripts import Scripts
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
@@ -41,25 +42,6 @@ def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
     if _pack_command is not None:
         return [b"".join(_pack_command(c) for c in commands)]
     return list(redis.Connection().pack_commands(commands))  # type: ignore[no-untyped-call]
-
-
-@dataclass(frozen=True)
-class Path:
-    """Where a context sits: its tree (root id) and its ids from the root down to itself."""
-
-    root: str
-    ids: tuple[str, ...]
-
-    @property
-    def ctx_id(self) -> str:
-        return self.ids[-1]
-
-    @property
-    def parent_id(self) -> str | None:
-        return self.ids[-2] if len(self.ids) > 1 else None
-
-    def child(self, ctx_id: str) -> Path:
-        return Path(self.root, (*self.ids, ctx_id))
 
 
 @dataclass(frozen=True)
@@ -546,12 +528,10 @@ class Store:
         args = [reason, detail, self.ks.abort_channel, path.root, path.ctx_id]
         return list(self._run(_Op("abort", keys, args)))
 
-    def close(self, path: Path, retention_s: int, labels: dict[str, str] | None = None
-              ) -> None:
+    def close(self, path: Path, retention_s: int) -> int:
         """Close a context, record its summary event and start the retention clock on its
-        keys, with the queued writes, in one round trip. Closing a root adds the tree's
-        spend to the cross-tree views named by ``labels`` (``org``, ``team``, ``service``:
-        dashboards; written after the script, outside the tree's slot)."""
+        keys, with the queued writes, in one round trip. Returns the tree's spend in
+        micro-USD when this closed a root (for the cross-tree spend views), else 0."""
         root = len(path.ids) == 1
         keys = [
             self.ks.ctx(path.root, path.ctx_id),
@@ -570,15 +550,7 @@ class Store:
         for r in results:
             if isinstance(r, Exception):
                 raise r
-        spent = int(results[0][2]) if results[0][0] == 1 else 0
-        views = {k: v for k, v in (labels or {}).items() if v} if root and spent else {}
-        if views:
-            day = time.strftime("%Y-%m-%d", time.gmtime())
-            pipe = self.client.pipeline(transaction=False)
-            for label, value in views.items():
-                pipe.hincrby(self.ks.spend_by(label, day), value, spent)
-                pipe.expire(self.ks.spend_by(label, day), retention_s)
-            pipe.execute()
+        return int(results[0][2]) if root and results[0][0] == 1 else 0
 
     def expire_context(self, path: Path, retention_s: int) -> None:
         """Start the retention clock on a context's keys without closing it (work may
@@ -590,16 +562,6 @@ class Store:
         for r in self._round_trip(ops):
             if isinstance(r, Exception):
                 raise r
-
-    def active_roots(self, limit: int = 50) -> list[str]:
-        """Root ids of trees not yet closed, oldest first."""
-        return [str(r) for r in self.client.zrange(self.ks.active_roots, 0, limit - 1)]
-
-    def spend_view(self, label: str, day: str | None = None) -> dict[str, int]:
-        """Micro-USD of the trees closed on ``day`` (UTC; default today) by ``label``."""
-        day = day or time.strftime("%Y-%m-%d", time.gmtime())
-        raw = self.client.hgetall(self.ks.spend_by(label, day))
-        return {str(k): int(v) for k, v in raw.items()}
 
     def renew_leases(self) -> None:
         """Extend the leases of this process's calls in flight (one round trip)."""
@@ -616,11 +578,6 @@ class Store:
             self.scripts.load()
 
     # -- reads ---------------------------------------------------------------------------
-
-    def locate(self, ctx_id: str) -> str | None:
-        """The root id of the tree holding ``ctx_id``."""
-        root = self.client.get(self.ks.locator(ctx_id))
-        return str(root) if root is not None else None
 
     def read_hash(self, root: str, ctx_id: str) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()}

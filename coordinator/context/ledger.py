@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .errors import InvalidUsageError
-from .limits import actual_amounts, check_tokens
-from .store import Refused
-from .usage import check_names
+from ..core.amounts import actual_amounts, check_tokens
+from ..core.usage import check_names
+from ..errors import InvalidUsageError
+from ..store.tree import Refused
 
 if TYPE_CHECKING:
-    from .context import ExecutionContext
-    from .models import TokenTotals
+    from ..models import TokenTotals
+    from .execution import ExecutionContext
 
 
 @dataclass(frozen=True)
