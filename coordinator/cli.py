@@ -76,10 +76,10 @@ def _abort(coord: Coordinator, chain_id: str, reason: str) -> str:
     h = coord.store.read_hash(root, chain_id) if root else {}
     if not root or not h:
         raise ContextNotFoundError(chain_id)
-    res = coord.store.abort(Path(root, tuple(h["path"].split(","))), "aborted", reason)
-    if int(res[0]) == 1:
+    reply = coord.store.abort(Path(root, tuple(h["path"].split(","))), "aborted", reason)
+    if reply.outcome == "stopped":
         return f"aborted {chain_id} and its subtree: {reason}"
-    return f"{chain_id} was already {res[1] if len(res) > 1 else 'stopped'}; nothing changed"
+    return f"{chain_id} was already {reply.status or 'stopped'}; nothing changed"
 
 
 def render_top(coord: Coordinator) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 from ..errors import InvalidConfigError
 from ..models import MAX_COUNT, in_range
 from ..runtime.coordinator import Coordinator
+from ..store.errors import UNAVAILABLE
 from ..store.shield_scripts import ScriptCall, ShieldScripts
-from ..store.tree import UNAVAILABLE
 from .policy import PolicyContext, PolicyDecision
 
 log = logging.getLogger("coordinator")

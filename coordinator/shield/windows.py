@@ -13,8 +13,8 @@ from ..core.amounts import micro_to_usd, usd_to_micro
 from ..errors import InvalidConfigError
 from ..models import MAX_COUNT, MAX_USD, Decision, in_range
 from ..runtime.coordinator import Coordinator
+from ..store.errors import UNAVAILABLE
 from ..store.shield_scripts import ScriptCall, ShieldScripts
-from ..store.tree import UNAVAILABLE
 from .breaker import CircuitBreaker
 from .hooks import RecordingHook
 from .pipeline import ShieldPipeline, ToolCallContext
