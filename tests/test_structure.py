@@ -6,6 +6,7 @@ the core only in the demo's corner."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,3 +160,18 @@ def test_the_package_root_is_imported_by_no_module_inside_it() -> None:
     _, every = graph()
     assert [(src, line) for src, dst, line in every
             if dst == "coordinator" and src.startswith("coordinator.")] == []
+
+
+def test_constants_shared_with_lua_are_defined_once_in_python() -> None:
+    """The scripts read HOOK and EVENT_STREAM_CAP from the prelude rendered from
+    coordinator/core/script_constants.py, and never repeat their values."""
+    from coordinator.core.script_constants import EVENT_STREAM_CAP, HOOK
+    from coordinator.store.scripts import SCRIPT_NAMES, lua_dir, prelude, script_source
+
+    assert f"local HOOK = '{HOOK}'" in prelude()
+    assert f"local EVENT_STREAM_CAP = {EVENT_STREAM_CAP}" in prelude()
+    for lua in sorted(lua_dir().glob("*.lua")):
+        text = lua.read_text()
+        assert f"'{HOOK}'" not in text, lua.name
+        assert not re.search(rf"\b{EVENT_STREAM_CAP}\b", text), lua.name
+    assert all(script_source(name).startswith(prelude()) for name in SCRIPT_NAMES)
