@@ -58,10 +58,11 @@ class ContextState:
     offline_events: list[SafetyEvent] = field(default_factory=list)
     last_snapshot: ContextSnapshot | None = None
     call_seq: itertools.count[int] | None = None
+    store: Store = field(init=False)
+    """The coordinator's store (kept here: the hot path reads it on every call)."""
 
-    @property
-    def store(self) -> Store:
-        return self.coord.store
+    def __post_init__(self) -> None:
+        self.store = self.coord.store
 
     @property
     def tree_path(self) -> Path:
