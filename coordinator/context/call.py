@@ -1,7 +1,11 @@
 """One call's reserve -> run -> settle: reserve its estimate at every level and consult the
 pipeline and the circuit breaker (``begin``), then settle what it spent (``complete``) or
 release its hold (``fail``), and say how it ended. The sync and async loops that run the
-call between these steps are in wrap.py."""
+call between these steps are in wrap.py.
+
+The steps are generators yielding what they need from the store (steps.py drives them in
+the caller's thread or from an event loop): one implementation for both. While the backend
+breaker is open (Redis stalled), a call fails closed before anything is sent."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import logging
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from ..core import pricing
@@ -26,10 +31,13 @@ from ..models import Decision, WrapOptions
 from ..shield.pipeline import ToolCallContext
 from ..shield.policy import PolicyContext
 from ..store.errors import UNAVAILABLE
+from ..store.health import BackendDown, is_stall
 from ..store.records import ReservationRecord
+from ..store.requests import Blocking, Reserve
 from ..store.tree import Held, Replayed, Stop
 from .cancellation import CancellationToken, CancelledByContext
 from .state import ContextState
+from .steps import Steps
 
 log = logging.getLogger("coordinator")
 
@@ -84,7 +92,8 @@ active_call: ContextVar[Call | None] = ContextVar("budget_call", default=None)
 
 # -- before: reserve, then the pipeline and the breaker ----------------------------------
 
-def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> Call | Outcome:
+def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
+          ) -> Steps[Call | Outcome]:
     """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
     flight, or the decision that stops it before it runs."""
     call_id, keyed = state.next_call_id()
@@ -93,10 +102,21 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> 
     if state.closed:
         return halt(state, kind, opts, call_id, "closed", "context is closed")
     amounts = reserve_amounts(opts)
+    backend = state.coord.backend
     try:
-        state.ensure_open()
-        res = state.store.reserve(state.path, call_id, amounts, keyed=keyed)
+        if not backend.allow():
+            raise BackendDown()
+        if state.pending_open is not None:
+            yield Blocking(state.ensure_open)
+        res = yield Reserve(state.store, state.path, call_id, amounts, keyed)
     except UNAVAILABLE as exc:
+        if is_stall(exc):
+            backend.failed(exc)
+            # The reserve may have landed without its reply: withdraw it (charging
+            # nothing) with the next round trip; if it lands after that, its lease ends it.
+            state.store.finish(state.path, call_id, outcome="skip", node=None, amounts=[],
+                               write_behind=True, queue_only=True)
+            state.coord.schedule_flush()
         if state.coord.fail_open:
             log.warning("Redis unavailable; running %s without a budget (fail_open)", call_id)
             return _new_call(state, owner, kind, opts, call_id, amounts, reserved=False)
@@ -114,16 +134,20 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> 
     if res.expired:
         reap(state, res.expired)
     call = _new_call(state, owner, kind, opts, call_id, amounts)
+    if state.pipeline is None and state.circuit_breaker is None:
+        return call
     try:
-        refusal = _consult_before(call)
+        refusal = yield Blocking(partial(_consult_before, call))
+    except GeneratorExit:
+        raise
     except BaseException:  # a hook failed: the call never runs, its hold goes
         state.store.finish(state.path, call_id, outcome="skip", node=node(call, "error"),
-                           amounts=[], write_behind=True)
+                           amounts=[], write_behind=True, queue_only=True)
         state.coord.schedule_flush()
         raise
-    if refusal is not None:
+    if isinstance(refusal, Outcome):
         state.store.finish(state.path, call_id, outcome="skip", node=node(call, "halted"),
-                           amounts=[], write_behind=True)
+                           amounts=[], write_behind=True, queue_only=True)
         state.coord.schedule_flush()
         if call.token is not state.cancellation_token:
             call.token.detach()
@@ -253,7 +277,7 @@ def spent(call: Call, usage: Usage | None, *, default_to_estimate: bool
     return cost or 0, tin, tout, provider
 
 
-def complete(call: Call, result: Any) -> Outcome:
+def complete(call: Call, result: Any) -> Steps[Outcome]:
     """Settle a call that returned: what it reported (or its response carries) is
     charged, and written behind when it fits in what was held."""
     state = call.state
@@ -261,36 +285,53 @@ def complete(call: Call, result: Any) -> Outcome:
         usage = call.collector.usage or usage_from_response(result)
         cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
     except Exception as exc:  # noqa: BLE001 - the response's usage cannot be taken
-        _charge_estimate(call)
+        yield from _charge_estimate(call)
         raise InvalidUsageError(f"call {call.call_id} ran, but its usage cannot be "
                                 f"charged ({exc}); its estimate was charged") from exc
     decision = Decision.ALLOW
-    try:
-        if state.pipeline is not None and call.tool_ctx is not None:
-            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
-            state.mirror_pipeline_events(state.pipeline)
-        if state.circuit_breaker is not None:
-            state.circuit_breaker.record_success()
-    finally:  # the money is spent whatever a hook does
-        if call.reserved:
-            amounts = actual_amounts(cost, tin, tout, provider)
-            held = call.held
-            within = all(int(amounts[i + 1]) <= held.get(str(amounts[i]), 0)
-                         for i in range(0, len(amounts), 2))
-            record = node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
-            finish(call, "ok", record, amounts, write_behind=within)
+    hook_error: BaseException | None = None
+    if state.pipeline is not None or state.circuit_breaker is not None:
+        try:
+            decision = yield Blocking(partial(_after_success, call, cost))
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the money is spent whatever a hook does
+            hook_error = exc
+    if call.reserved:
+        amounts = actual_amounts(cost, tin, tout, provider)
+        held = call.held
+        within = all(int(amounts[i + 1]) <= held.get(str(amounts[i]), 0)
+                     for i in range(0, len(amounts), 2))
+        record = node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
+        yield from finish(call, "ok", record, amounts, write_behind=within)
+    if hook_error is not None:
+        raise hook_error
     return Outcome(decision, result)
 
 
-def _charge_estimate(call: Call) -> None:
+def _after_success(call: Call, cost: int) -> Decision:
+    """The pipeline's ``before_charge`` hooks and the breaker's success (they may read
+    Redis)."""
+    state = call.state
+    decision = Decision.ALLOW
+    if state.pipeline is not None and call.tool_ctx is not None:
+        decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+        state.mirror_pipeline_events(state.pipeline)
+    if state.circuit_breaker is not None:
+        state.circuit_breaker.record_success()
+    return decision
+
+
+def _charge_estimate(call: Call) -> Steps[None]:
     """Settle a call that ran but whose usage cannot be read or priced at its estimate
     (it was billed, for an unknown amount); it counts no step and no retry."""
     cost, tin, tout, provider = spent(call, None, default_to_estimate=True)
     record = node(call, "error", cost_micro=cost, tin=tin, tout=tout)
-    finish(call, "skip", record, actual_amounts(cost, tin, tout, provider), write_behind=True)
+    yield from finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
+                      write_behind=True)
 
 
-def fail(call: Call, exc: BaseException) -> Outcome | None:
+def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
     """Settle a call that did not complete. Returns the outcome, or None to re-raise
     (interpreter exits, outer cancellations, bad usage reports)."""
     state = call.state
@@ -298,15 +339,16 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
     if state.circuit_breaker is not None and (
         isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
     ):
-        state.circuit_breaker.release()  # not a provider failure: free a probe it held
+        # not a provider failure: free a probe it held
+        yield Blocking(state.circuit_breaker.release)
     if isinstance(exc, CancelledByContext):
         reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
         # Work was in flight when it was cancelled: charge what it reported, else its
         # estimate (it may have been billed).
         cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
         record = node(call, reason, cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
-               write_behind=False)
+        yield from finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
+                          write_behind=False)
         if not state.cancellation_token.cancelled:  # the call's own timeout
             state.record_event(state.event("timeout", f"call exceeded "
                                            f"{call.options.timeout_ms} ms",
@@ -319,7 +361,7 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
         # Interpreter exits, outer cancellations and bad usage reports propagate; the
         # call counts no retry, and what it validly reported is still charged.
         record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        finish(call, "skip", record, amounts, write_behind=True)
+        yield from finish(call, "skip", record, amounts, write_behind=True)
         return None
     limit_error = next((r for t, r in _LIMIT_ERRORS.items() if isinstance(exc, t)), None)
     if limit_error is not None:
@@ -327,18 +369,15 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
         reason = limit_error
         record = node(call, "timeout" if reason == "timeout" else "halted",
                       cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        finish(call, "skip", record, amounts, write_behind=False)
+        yield from finish(call, "skip", record, amounts, write_behind=False)
         state.record_event(state.event(reason, f"{type(exc).__name__}: {exc}",
                                        node_id=call.call_id, scope="tool"))
         return Outcome(Decision.HALT, reason=reason, detail=str(exc), error=exc)
     decision = Decision.RETRY
-    if state.pipeline is not None and call.tool_ctx is not None:
-        decision = state.pipeline.on_error(call.tool_ctx, exc)
-        state.mirror_pipeline_events(state.pipeline)
-    if state.circuit_breaker is not None:
-        state.circuit_breaker.record_failure()
+    if state.pipeline is not None or state.circuit_breaker is not None:
+        decision = yield Blocking(partial(_after_error, call, exc))
     record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, retries=1, usage=usage)
-    stops = finish(call, "error", record, amounts, write_behind=False)
+    stops = yield from finish(call, "error", record, amounts, write_behind=False)
     if any(s.reason == "retry_budget_exceeded" for s in stops) or (
         state.stopped == "retry_budget_exceeded"
     ):
@@ -351,22 +390,47 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
                    error=exc)
 
 
+def _after_error(call: Call, exc: BaseException) -> Decision:
+    """The pipeline's ``on_error`` hooks and the breaker's failure (they may read Redis)."""
+    state = call.state
+    decision = Decision.RETRY
+    if state.pipeline is not None and call.tool_ctx is not None:
+        decision = state.pipeline.on_error(call.tool_ctx, exc)
+        state.mirror_pipeline_events(state.pipeline)
+    if state.circuit_breaker is not None:
+        state.circuit_breaker.record_failure()
+    return decision
+
+
 def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,
-           write_behind: bool) -> list[Stop]:
+           write_behind: bool) -> Steps[list[Stop]]:
     """Settle or release the call's reservation; apply the stops it caused here."""
     if not call.reserved:
         return []
     state = call.state
-    try:
-        stops = state.store.finish(state.path, call.call_id, outcome=outcome, node=record,
-                                   amounts=amounts, write_behind=write_behind)
-    except UNAVAILABLE:
-        # Keep it queued; if it never lands, the lease charges the estimate.
-        stops = state.store.finish(state.path, call.call_id, outcome=outcome, node=record,
-                                   amounts=amounts, write_behind=True)
-    if write_behind:
+    done: tuple[list[Stop], bool] = yield Blocking(
+        partial(_finish_now, call, outcome, record, amounts, write_behind))
+    stops, behind = done
+    if behind:
         state.coord.schedule_flush()
     for stop in stops:
         if stop.ctx_id in state.path.ids:
             state.handle_stop(stop.reason)
     return stops
+
+
+def _finish_now(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int],
+                write_behind: bool) -> tuple[list[Stop], bool]:
+    """(the stops, whether it went behind): written behind when asked, or queued while
+    Redis is down (if it never lands, the lease charges the estimate)."""
+    state = call.state
+    store, backend = state.store, state.coord.backend
+    args: dict[str, Any] = {"outcome": outcome, "node": record, "amounts": amounts}
+    if backend.allow():
+        try:
+            stops = store.finish(state.path, call.call_id, write_behind=write_behind, **args)
+            return stops, write_behind
+        except UNAVAILABLE as exc:
+            backend.failed(exc)
+    store.finish(state.path, call.call_id, write_behind=True, queue_only=True, **args)
+    return [], True

@@ -10,12 +10,13 @@ Client = redis.Redis
 """A Redis client (redis-py), with ``decode_responses=True``."""
 
 
-def connect(url: str) -> Client:
+def connect(url: str, *, socket_timeout: float = 5.0, connect_timeout: float = 2.0
+            ) -> Client:
     """A client for ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
-    users), with the coordinator's timeouts."""
+    users), with the timeouts of long operations (the hot path's are set on the wire)."""
     return redis.Redis.from_url(
-        url, decode_responses=True, socket_connect_timeout=2.0, socket_timeout=5.0,
-        health_check_interval=30,
+        url, decode_responses=True, socket_connect_timeout=connect_timeout,
+        socket_timeout=socket_timeout, health_check_interval=30,
     )
 
 

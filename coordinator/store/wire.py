@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from ..core.script_constants import EVENT_STREAM_CAP
+from .health import set_timeouts
 from .scripts import Scripts
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
@@ -93,6 +94,8 @@ class Wire:
         self._batches_in_flight = 0
         self._landed = threading.Condition()
         self._conns_pid = os.getpid()
+        self.hot_timeout_s: float | None = None
+        """Connect and reply timeout of this wire's connections (None: the client's)."""
 
     # -- reservations in flight ----------------------------------------------------------
 
@@ -265,7 +268,10 @@ class Wire:
     def _conn(self) -> _Conn:
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            local.conn = _Conn(self.client.connection_pool.make_connection())
+            raw = self.client.connection_pool.make_connection()
+            if self.hot_timeout_s is not None:
+                set_timeouts(raw, self.hot_timeout_s)
+            local.conn = _Conn(raw)
             local.pid = os.getpid()
             with self._lock:
                 if self._conns_pid != os.getpid():  # forked: the parent's are not ours
