@@ -38,6 +38,7 @@ from ..models import (
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline, ToolCallContext
 from ..store.errors import UNAVAILABLE
+from ..store.health import BackendDown
 from .call import Outcome, active_call
 from .cancellation import CancellationToken
 from .ledger import TokenLedger
@@ -320,6 +321,8 @@ class ExecutionContext:
         state.closed = True
         coord = state.coord
         try:
+            if not coord.backend.allow():
+                raise BackendDown()
             state.store.flush()
             if state.owner and state.pending_open is None:
                 m = state.metadata
