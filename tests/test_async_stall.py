@@ -244,3 +244,23 @@ def test_fastapi_service_answers_health_checks_while_redis_is_paused(
     assert checks > 10
     assert worst < 0.5, f"a health check waited {worst:.3f} s while Redis was paused"
     assert any(r == ["HALT"] * 5 for r in work_results)
+
+
+def test_async_calls_cancelled_at_any_point_leave_nothing_held(coord: Coordinator) -> None:
+    """Outer cancellations (``asyncio.wait_for``) landing before, during and after the
+    reserve: a hold taken is always settled or released, nothing stays open."""
+    async def scenario() -> str:
+        async with ExecutionContext(CONFIG) as ctx:
+            async def one(i: int) -> None:
+                try:
+                    await asyncio.wait_for(
+                        ctx.awrap_llm_call(lambda: asyncio.sleep(0.002), OPTS),
+                        timeout=(i % 7) * 0.0005)
+                except TimeoutError:
+                    pass
+            await asyncio.gather(*(one(i) for i in range(300)))
+            assert await ctx.awrap_llm_call(lambda: asyncio.sleep(0), OPTS) == Decision.ALLOW
+            return ctx.root_id
+
+    root = asyncio.run(scenario())
+    settle_invariants(coord, root)

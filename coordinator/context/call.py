@@ -48,6 +48,8 @@ _LIMIT_ERRORS: dict[type[Exception], str] = {
     TokenBudgetExceededError: "token_budget_exceeded",
 }
 _REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
+MAX_OFFLINE_EVENTS = 1000
+"""The events kept of calls refused while Redis was away (the latest; older are dropped)."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,10 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     event = state.event(reason, detail or reason, **meta)
     outcome = Outcome(Decision.HALT, reason=reason, detail=detail)
     if offline:
-        state.offline_events.append(event)
+        events = state.offline_events
+        events.append(event)
+        if len(events) > 2 * MAX_OFFLINE_EVENTS:  # calls fail fast: a long outage adds many
+            del events[:-MAX_OFFLINE_EVENTS]
         return outcome
     status = reason if reason in ("aborted", "timeout") else "halted"
     now = time.time()

@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Generator
-from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
 
-from ..store.io_thread import IOThread
+from ..store.io_thread import IOThread, Item
 from ..store.requests import Blocking, Request, run_here
 
 T = TypeVar("T")
@@ -72,24 +71,35 @@ def _adopt(ctx: contextvars.Context) -> None:
 _UNSET = object()
 
 
-async def wait(fut: Future[Any]) -> Any:
-    """The result of a request. A cancellation arriving meanwhile is held until the
-    request is done (it takes at most one hot-path timeout) and then delivered at the
-    task's next await, so that what the request did (a hold taken) is known to the logic
-    and settled by it, never left behind."""
-    waiter = asyncio.wrap_future(fut)
-    task = asyncio.current_task()
-    held = 0
+async def wait(item: Item) -> Any:
+    """The result of a request. A cancellation arriving while the I/O thread runs it is
+    held until the request is done (it takes at most one hot-path timeout) and delivered
+    at the task's next await, so that what the request did (a hold taken) is known to the
+    logic and settled by it, never left behind. A request cancelled before it started is
+    skipped, and the cancellation goes through at once."""
     try:
-        while True:
-            try:
-                return await asyncio.shield(waiter)
-            except asyncio.CancelledError:
-                if task is None or waiter.cancelled():
-                    raise
+        return await item.fut
+    except asyncio.CancelledError:
+        if not item.started or item.skipped:
+            raise
+    task = asyncio.current_task()
+    assert task is not None
+    task.uncancel()
+    held = 1
+    while not item.done:
+        item.fut = item.loop.create_future()  # _resolve (on this loop) resolves it
+        try:
+            await item.fut
+        except asyncio.CancelledError:
+            if not item.done:  # another cancellation of the task: hold it too
                 task.uncancel()
                 held += 1
-    finally:
-        for _ in range(held):
-            if task is not None:
-                task.cancel()
+        except BaseException:  # noqa: BLE001, S110 - the item has it, read below
+            pass
+    for _ in range(held):
+        task.cancel()
+    if item.skipped:
+        await asyncio.sleep(0)  # nothing was sent: the cancellation goes through here
+    if item.error is not None:
+        raise item.error
+    return item.value
