@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import platform
 import signal
@@ -108,6 +109,7 @@ class StallRun:
     calls: list[tuple[float, float, Decision]] = field(default_factory=list)
     bodies: list[float] = field(default_factory=list)
     beat: Heartbeat = field(default_factory=Heartbeat)
+    gc_pauses: list[float] = field(default_factory=list)
 
 
 async def stall(server: RedisServer, stall_s: float) -> StallRun:
@@ -123,6 +125,16 @@ async def stall(server: RedisServer, stall_s: float) -> StallRun:
         time.sleep(stall_s)
         os.kill(pid, signal.SIGCONT)
         run.resumed_at = time.monotonic()
+
+    gc_started = [0.0]
+
+    def gc_timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            run.gc_pauses.append(time.perf_counter() - gc_started[0])
+
+    gc.callbacks.append(gc_timer)
 
     async def body() -> None:
         run.bodies.append(time.monotonic())
@@ -146,6 +158,7 @@ async def stall(server: RedisServer, stall_s: float) -> StallRun:
             run.beat.stop()
             await beating
     finally:
+        gc.callbacks.remove(gc_timer)
         coord.close()
     return run
 
@@ -194,6 +207,10 @@ def main() -> None:
           f"{len(ran)}; decided in median {statistics.median(waits):.2f} ms, p99 "
           f"{waits[int(len(waits) * 0.99)]:.1f} ms, max {waits[-1]:.1f} ms; over "
           f"{hot}+50 ms: {len(undecided)}")
+    top = sorted(((lag, t) for t, lag in run.beat.beats), reverse=True)[:5]
+    print(f"  longest garbage-collector pause: {max(run.gc_pauses, default=0) * 1000:.1f} ms")
+    print("  largest lags (ms at s after SIGSTOP): " + ", ".join(
+        f"{lag * 1000:.0f} at {t - run.stopped_at:+.2f}" for lag, t in top))
     print(f"  first call allowed {(back - run.resumed_at) * 1000:.0f} ms after SIGCONT "
           f"(probe interval {probe} ms)")
 

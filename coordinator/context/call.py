@@ -202,16 +202,19 @@ def _consult_before(call: Call) -> Outcome | None:
 
 def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
          detail: str, *, offline: bool = False, level: str | None = None) -> Outcome:
-    """Record a refused call (event and node); the outcome is HALT."""
+    """Record a refused call (event and node); the outcome is HALT. Refusals while
+    Redis is away record one event per run of them (a stalled Redis refuses thousands)."""
+    outcome = Outcome(Decision.HALT, reason=reason, detail=detail)
+    if offline and state.offline_events and state.offline_events[-1].event_type == reason:
+        return outcome
     meta: dict[str, Any] = {"node_id": call_id, "operation_name": opts.operation_name}
     if level is not None and level != state.ctx_id:
         meta["stopped_at"] = level
     event = state.event(reason, detail or reason, **meta)
-    outcome = Outcome(Decision.HALT, reason=reason, detail=detail)
     if offline:
         events = state.offline_events
         events.append(event)
-        if len(events) > 2 * MAX_OFFLINE_EVENTS:  # calls fail fast: a long outage adds many
+        if len(events) > 2 * MAX_OFFLINE_EVENTS:
             del events[:-MAX_OFFLINE_EVENTS]
         return outcome
     status = reason if reason in ("aborted", "timeout") else "halted"
