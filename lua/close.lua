@@ -4,7 +4,8 @@
 -- KEYS[2]     bc:{R}:nodes:<id>   stream  its node records
 -- KEYS[3]     bc:{R}:events:<id>  stream  its SafetyEvents (the summary is appended here)
 -- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>; for a root also
---             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done
+--             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done,
+--             bc:{R}:fin
 -- ARGV[1]     retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
@@ -25,7 +26,8 @@ if status == 'running' then
   status = 'closed'
 end
 
-local function n(field) return tonumber(h[field] or '0') end
+-- the summary reports a corrupt number as 0 (a close never fails on it)
+local function n(field) return stored_num(h[field]) or 0 end
 local function tokens(prefix)
   local input, output = n('u:' .. prefix .. 'tin'), n('u:' .. prefix .. 'tout')
   return {input = input, output = output, total = input + output,

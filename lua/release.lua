@@ -7,6 +7,7 @@
 -- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
 -- KEYS[5..]   per level of the reservation's path, root first (as reserved), two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
+-- KEYS[last-1] bc:{R}:fin     zset  finished reservation ids by Redis ms (the last hour)
 -- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
 -- ARGV[1]     reservation id
 -- ARGV[2]     abort channel (pub/sub, not a key)
@@ -16,7 +17,7 @@
 -- ARGV[6]     'error' (the call raised: count a retry) or 'skip' (it did not fail)
 -- ARGV[7..]   pairs: dimension, amount spent before the failure (integers >= 0)
 --
--- Idempotent like settle.lua.
--- Returns {0} when the reservation is not open; {1, level, reason, detail, ...} otherwise.
+-- Idempotent, checked before it writes, and never silent about a lost reservation, like
+-- settle.lua, with the same replies ({0}, {1, ...}, {3, ...}, {4, ...}, {5}).
 
 return close_reservation(ARGV[6], false, ARGV[6] == 'error', 7)

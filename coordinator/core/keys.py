@@ -59,6 +59,10 @@ class KeySpace:
         """How keyed calls (replayable call ids) finished."""
         return f"{self.prefix}:{{{root}}}:done"
 
+    def finished(self, root: str) -> str:
+        """Reservation ids that finished in the last hour (a repeated settle is a no-op)."""
+        return f"{self.prefix}:{{{root}}}:fin"
+
     def leases(self, root: str) -> str:
         return f"{self.prefix}:{{{root}}}:leases"
 

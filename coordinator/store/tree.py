@@ -18,6 +18,7 @@ import redis
 from ..core.keys import KeySpace
 from ..core.paths import Path
 from .scripts import Scripts
+from .state_check import readable
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -111,6 +112,14 @@ def _read_reply(conn: Any) -> Any:
         return exc
 
 
+def _note_orphan(op: _Op, reply: Any) -> None:
+    """Log a settle or release that found no reservation to finish (the script recorded
+    a SettleOrphaned event: code 4 charged the path, 5 could not)."""
+    if op.kind in ("settle", "release") and reply and reply[0] in (4, 5):
+        log.warning("%s %s found no reservation (lost in a failover?): %s", op.kind,
+                    op.args[0], "charged to its path" if reply[0] == 4 else "not charged")
+
+
 class _Wire:
     """One thread's own connection, with the ops sent on it whose replies are unread."""
 
@@ -165,6 +174,7 @@ class Store:
             self.ks.nodes(path.root, path.ctx_id),
             self.ks.ledger(path.root),
             *self._level_keys(path),
+            self.ks.finished(path.root),
             self.ks.done(path.root),
         )
 
@@ -266,8 +276,10 @@ class Store:
                 op.attempts += 1
                 if op.attempts < 5:
                     failed.append(op)
-            elif op.inflight_id:
-                self._inflight.pop(op.inflight_id, None)
+            else:
+                _note_orphan(op, res)
+                if op.inflight_id:
+                    self._inflight.pop(op.inflight_id, None)
         if failed:
             self._requeue(failed)
 
@@ -475,6 +487,7 @@ class Store:
             return []
         res = self._run(op)
         self._inflight.pop(res_id, None)
+        _note_orphan(op, res)
         return [Stop(path.ids[int(res[i]) - 1], str(res[i + 1]), str(res[i + 2]))
                 for i in range(1, len(res), 3)]
 
@@ -541,7 +554,8 @@ class Store:
         ]
         if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
-                     self.ks.ledger(path.root), self.ks.done(path.root)]
+                     self.ks.ledger(path.root), self.ks.done(path.root),
+                     self.ks.finished(path.root)]
         ops = [_Op("close", keys, [retention_s]),
                _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
         if root:
@@ -580,7 +594,8 @@ class Store:
     # -- reads ---------------------------------------------------------------------------
 
     def read_hash(self, root: str, ctx_id: str) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()}
+        return readable({str(k): str(v)
+                         for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()})
 
     def read_state(
         self, path: Path, *, nodes: bool = True, events: bool = True
@@ -600,7 +615,7 @@ class Store:
         for r in rest:
             if isinstance(r, Exception):
                 raise r
-        hashes = [dict(h) for h in rest[: len(path.ids)]]
+        hashes = [readable(h) for h in rest[: len(path.ids)]]
         i = len(path.ids)
         node_json = [e[1]["n"] for e in rest[i]] if nodes else []
         i += 1 if nodes else 0
