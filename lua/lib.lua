@@ -278,6 +278,10 @@ local function close_reservation(outcome, step, retry, amounts_from)
     if redis.call('ZSCORE', finished, id) or redis.call('HEXISTS', done, id) == 1 then
       return {0}
     end
+    if #amounts == 0 and not step and not retry then  -- nothing to charge: remember it
+      redis.call('ZADD', finished, now, id)
+      return {0}
+    end
     local ids = path_from_keys(first, (#KEYS - first - 1) / 2)
     if ids == nil then
       orphan_event(id, nil, false, amounts, now, KEYS[4], ARGV[5])

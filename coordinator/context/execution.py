@@ -462,7 +462,7 @@ class ExecutionContext:
                 spent = self._store.close(self._path, self._coord.retention_s)
                 self._coord.views.add_closed_tree(
                     spent, {"org": m.org_id, "team": m.team, "service": m.service},
-                    self._coord.retention_s)
+                    self._coord.retention_s, root=self._path.root)
         except UNAVAILABLE as exc:
             log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
                         "open leases will charge their estimates", self.chain_id, exc)

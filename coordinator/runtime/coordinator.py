@@ -19,6 +19,7 @@ import redis
 
 from ..core.keys import KeySpace, validate_tenant
 from ..core.token_codec import TokenCodec, parse_keys
+from ..store.topology import Client, Durability, client_from_url
 from ..store.tree import Store
 from ..store.views import Views
 from .settings import DEFAULT_LEASE_MS, DEFAULT_RETENTION_S, FLUSH_AFTER_S, default_url
@@ -41,18 +42,22 @@ class Coordinator:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         *,
         tenant: str = "",
         token_keys: dict[str, bytes] | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
         retention_s: int = DEFAULT_RETENTION_S,
         fail_open: bool = False,
+        durability: str = "local",
+        replicas: int = 1,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         self.client = client
         self.keyspace = KeySpace(validate_tenant(tenant))
         self.tenant = tenant
         self.store = Store(client, self.keyspace, lease_ms)
+        self.store.durability = Durability(durability, replicas, wait_timeout_ms)
         self.views = Views(client, self.keyspace)
         self.retention_s = retention_s
         self.fail_open = fail_open
@@ -73,14 +78,17 @@ class Coordinator:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Coordinator:
-        """Connect to ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
-        users). Unless given here, token keys come from ``BUDGET_TOKEN_KEYS``, the tenant
-        from ``BUDGET_TENANT``, the lease from ``BUDGET_LEASE_MS`` and the retention of
-        closed trees from ``BUDGET_RETENTION_S``."""
-        client = redis.Redis.from_url(
-            url, decode_responses=True, socket_connect_timeout=2.0, socket_timeout=5.0,
-            health_check_interval=30,
-        )
+        """Connect to ``url``: ``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
+        users, ``redis+sentinel://s1:26379,s2:26379/<service>`` for Sentinel,
+        ``redis+cluster://h1:p1,h2:p2`` (or a node's URL) for Redis Cluster (see
+        coordinator/store/topology.py). Unless given here, durability comes from
+        ``BUDGET_DURABILITY`` (``local`` or ``replicated``), token keys from
+        ``BUDGET_TOKEN_KEYS``, the tenant from ``BUDGET_TENANT``, the lease from
+        ``BUDGET_LEASE_MS`` and the retention of closed trees from
+        ``BUDGET_RETENTION_S``."""
+        client = client_from_url(url)
+        if "durability" not in kwargs and os.environ.get("BUDGET_DURABILITY"):
+            kwargs["durability"] = os.environ["BUDGET_DURABILITY"]
         if "token_keys" not in kwargs and os.environ.get("BUDGET_TOKEN_KEYS"):
             kwargs["token_keys"] = parse_keys(os.environ["BUDGET_TOKEN_KEYS"])
         kwargs.setdefault("tenant", os.environ.get("BUDGET_TENANT", ""))

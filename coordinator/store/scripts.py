@@ -37,7 +37,7 @@ class Scripts:
     to every pipeline).
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis | redis.RedisCluster) -> None:
         self._client = client
         self.by_name: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES

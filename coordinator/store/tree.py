@@ -19,6 +19,7 @@ from ..core.keys import KeySpace
 from ..core.paths import Path
 from .scripts import Scripts
 from .state_check import readable
+from .topology import Client, Durability, NotReplicatedError, Wires
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -31,11 +32,14 @@ log = logging.getLogger(__name__)
 NODE_STREAM_CAP = 10_000
 EVENT_STREAM_CAP = 10_000
 
+_MOVED = (redis.exceptions.MovedError, redis.exceptions.AskError,
+          redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
 UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
-               OSError)
+               OSError, *_MOVED)
 """Errors meaning Redis cannot serve the budget now: unreachable, timed out, or full (a
 ``noeviction`` Redis past ``maxmemory`` refuses a script's first write, so nothing of it
-is written). Calls fail closed on them; what is queued stays queued."""
+is written), or a cluster node that does not serve the tree's slot now. Calls fail
+closed on them; what is queued stays queued."""
 
 
 def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
@@ -120,6 +124,13 @@ def _note_orphan(op: _Op, reply: Any) -> None:
                     op.args[0], "charged to its path" if reply[0] == 4 else "not charged")
 
 
+def _op_key(op: _Op) -> str | None:
+    """The key that places ``op`` on a cluster node (a command's first argument)."""
+    if op.keys:
+        return op.keys[0]
+    return str(op.args[1]) if op.kind == "cmd" and len(op.args) > 1 else None
+
+
 class _Wire:
     """One thread's own connection, with the ops sent on it whose replies are unread."""
 
@@ -143,8 +154,10 @@ class _Op:
 class Store:
     """Runs the scripts of one tenant's key space against one Redis client."""
 
-    def __init__(self, client: redis.Redis, keyspace: KeySpace, lease_ms: int) -> None:
+    def __init__(self, client: Client, keyspace: KeySpace, lease_ms: int) -> None:
         self.client = client
+        self.topology = Wires(client)
+        self.durability = Durability()
         self.ks = keyspace
         self.scripts = Scripts(client)
         self.lease_ms = lease_ms
@@ -190,9 +203,11 @@ class Store:
         ops that succeeded are not repeated."""
         results = self._send(ops, reads)
         missing = [i for i, r in enumerate(results[: len(ops)])
-                   if isinstance(r, redis.exceptions.NoScriptError)]
+                   if isinstance(r, (redis.exceptions.NoScriptError, *_MOVED))]
         if not missing:
             return results
+        if any(isinstance(results[i], _MOVED) for i in missing):
+            self.topology.refresh()  # the cluster's slots moved: re-learn, send again
         self.scripts.load()
         again = self._send([ops[i] for i in missing], reads)
         for j, i in enumerate(missing):
@@ -202,15 +217,19 @@ class Store:
     def _send(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None) -> list[Any]:
         if reads is None:
             return self._send_raw(ops)
+        if ops and self.durability.waits:  # writes go where a WAIT follows them
+            return [*self._send_raw(ops), *self._send([], reads)]
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
-            pipe.execute_command(*self._command(op))  # type: ignore[no-untyped-call]
+            pipe.execute_command(*self._command(op))
         reads(pipe)
         return list(pipe.execute(raise_on_error=False))
 
     def _command(self, op: _Op) -> tuple[Any, ...]:
         if op.kind == "cmd":
             return tuple(op.args)
+        if op.kind == "wait":
+            return ("WAIT", self.durability.replicas, self.durability.timeout_ms)
         if op.kind == "xadd":
             return ("XADD", op.keys[0], "MAXLEN", "~", EVENT_STREAM_CAP, "*", *op.args)
         sha = self.scripts.by_name[op.kind].sha
@@ -218,37 +237,61 @@ class Store:
 
     def _send_raw(self, ops: Sequence[_Op]) -> list[Any]:
         """The hot path: the commands packed into one write on this thread's own
-        connection, the replies read in order. Replies still owed to earlier write-behind
-        sends on that connection are read first and acknowledged. (redis-py's Pipeline and
-        pool bookkeeping cost more than the round trip itself at this size.)"""
-        wire = self._wire()
+        connection to each node concerned (one on a single primary), the replies read in
+        order."""
+        by_node: dict[str, list[int]] = {}
+        for i, op in enumerate(ops):
+            by_node.setdefault(self.topology.node_of(_op_key(op)), []).append(i)
+        out: list[Any] = [None] * len(ops)
+        for node, idx in by_node.items():
+            for i, reply in zip(idx, self._send_wire(self._wire(node), [ops[i] for i in idx]),
+                                strict=True):
+                out[i] = reply
+        return out
+
+    def _send_wire(self, wire: _Wire, ops: Sequence[_Op]) -> list[Any]:
+        """``ops`` packed into one write on ``wire``, the replies read in order. Replies
+        still owed to earlier write-behind sends on that connection are read first and
+        acknowledged. (redis-py's Pipeline and pool bookkeeping cost more than the round
+        trip itself at this size.) With replicated durability a WAIT follows the ops, and
+        NotReplicatedError is raised when too few replicas acknowledged them."""
+        sent = [*ops, _Op("wait", [], [])] if ops and self.durability.waits else list(ops)
         with wire.lock:
             earlier, wire.unacked = wire.unacked, []
             try:
-                wire.conn.send_packed_command(_pack([self._command(op) for op in ops]))
+                self.topology.ready(wire.conn)
+                wire.conn.send_packed_command(_pack([self._command(op) for op in sent]))
                 acks = [_read_reply(wire.conn) for _ in earlier]
-                out = [_read_reply(wire.conn) for _ in ops]
+                out = [_read_reply(wire.conn) for _ in sent]
             except BaseException:
                 wire.conn.disconnect()  # a half-read connection must not be reused as is
                 self._requeue(earlier)  # they may or may not have run: all idempotent
                 raise
         self._acknowledge(earlier, acks)
-        return out
+        if len(sent) > len(ops) and not self._replicated(out[-1]):
+            raise NotReplicatedError(f"WAIT: {out[-1]} of {self.durability.replicas} "
+                                     f"replicas within {self.durability.timeout_ms} ms")
+        return out[: len(ops)]
+
+    def _replicated(self, wait_reply: Any) -> bool:
+        return isinstance(wait_reply, int) and wait_reply >= self.durability.replicas
 
     def _send_behind(self, op: _Op) -> None:
         """Write-behind: send ``op`` now on this thread's connection and read its reply
         later (with the thread's next round trip, or the flusher's drain). Redis runs it
         while the caller goes on."""
-        wire = self._wire()
+        wire = self._wire(self.topology.node_of(_op_key(op)))
+        sent = [op, _Op("wait", [], [])] if self.durability.waits else [op]
         with wire.lock:
             try:
-                wire.conn.send_packed_command(_pack([self._command(op)]))
+                self.topology.ready(wire.conn)
+                wire.conn.send_packed_command(_pack([self._command(o) for o in sent]))
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 wire.conn.disconnect()
                 owed, wire.unacked = wire.unacked, []
-                self._requeue([*owed, op])
+                self._requeue([o for o in (*owed, op) if o.kind != "wait"])
                 return
-            wire.unacked.append(op)
+            wire.unacked += sent
 
     def _drain(self, wires: Sequence[_Wire]) -> None:
         """Read the replies owed on ``wires`` and acknowledge them."""
@@ -261,16 +304,30 @@ class Store:
                     acks = [_read_reply(wire.conn) for _ in owed]
                 except (redis.ConnectionError, redis.TimeoutError, OSError):
                     wire.conn.disconnect()
-                    self._requeue(owed)
+                    self._requeue([o for o in owed if o.kind != "wait"])
                     continue
             self._acknowledge(owed, acks)
 
     def _acknowledge(self, ops: Sequence[_Op], replies: Sequence[Any]) -> None:
         """Settle the bookkeeping of sent ops; failed ones go back to the queue (after a
-        script reload if the server lost its scripts), up to 5 attempts."""
+        script reload if the server lost its scripts), up to 5 attempts. Ops that a
+        failed WAIT covers (on the primary, maybe not on a replica) go back as they are."""
         failed = []
-        for op, res in zip(ops, replies, strict=True):
-            if isinstance(res, Exception):
+        unreplicated: set[int] = set()
+        start = 0
+        for i, (op, res) in enumerate(zip(ops, replies, strict=True)):
+            if op.kind == "wait":
+                if not self._replicated(res):
+                    unreplicated.update(range(start, i))
+                start = i + 1
+        for i, (op, res) in enumerate(zip(ops, replies, strict=True)):
+            if op.kind == "wait":
+                continue
+            if i in unreplicated:
+                failed.append(op)
+            elif isinstance(res, Exception):
+                if isinstance(res, _MOVED):
+                    self.topology.refresh()
                 if isinstance(res, redis.exceptions.NoScriptError):
                     self.scripts.load()
                 op.attempts += 1
@@ -283,17 +340,23 @@ class Store:
         if failed:
             self._requeue(failed)
 
-    def _wire(self) -> _Wire:
+    def _wire(self, node: str = "") -> _Wire:
+        """This thread's connection to ``node`` (see Wires.node_of)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            local.wire = _Wire(self.client.connection_pool.make_connection())
-            local.pid = os.getpid()
+            local.wires, local.pid = {}, os.getpid()
+        wire: _Wire | None = local.wires.get(node)
+        if wire is None:
+            wire = local.wires[node] = _Wire(self.topology.connection(node))
             with self._lock:
                 if self._wires_pid != os.getpid():  # forked: the parent's are not ours
                     self._wires, self._wires_pid = [], os.getpid()
-                self._wires.append(local.wire)
-        wire: _Wire = local.wire
+                self._wires.append(wire)
         return wire
+
+    def _thread_wires(self) -> list[_Wire]:
+        local = self._local
+        return list(local.wires.values()) if getattr(local, "pid", None) == os.getpid() else []
 
     def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
                     ) -> list[Any]:
@@ -301,7 +364,7 @@ class Store:
         Returns the results after the queued writes'."""
         if reads is not None:
             # reads go over another connection: make this thread's writes land first
-            self._drain([self._wire()])
+            self._drain(self._thread_wires())
         pending = self._take_pending()
         if pending:
             with self._landed:
@@ -389,8 +452,8 @@ class Store:
                _Op("cmd", [], ["GET", locator]),
                _Op("open", keys, args)]
         if len(path.ids) == 1:
-            ops.append(_Op("cmd", [], ["ZADD", self.ks.active_roots, int(time.time() * 1000),
-                                       path.root]))
+            ops.append(_Op("cmd", [], ["ZADD", self.ks.roots_shard(path.root),
+                                       int(time.time() * 1000), path.root]))
         results = self._round_trip(ops)
         claimed, holder, res = results[0], results[1], results[2]
         if isinstance(claimed, Exception):  # no claim (out of memory): no context either
@@ -425,8 +488,8 @@ class Store:
         if path.parent_id is not None:
             pipe.srem(self.ks.kids(path.root, path.parent_id), path.ctx_id)
         else:
-            pipe.zrem(self.ks.active_roots, path.root)
-        pipe.execute()
+            pipe.zrem(self.ks.roots_shard(path.root), path.root)
+        pipe.execute(raise_on_error=False)  # a key on another node (MOVED) was not written
 
     def _release_locator(self, path: Path) -> None:
         """Let go of the locator an open claimed for a context it did not create, unless
@@ -437,7 +500,10 @@ class Store:
             pipe = self.client.pipeline(transaction=False)
             pipe.exists(self.ks.ctx(path.root, path.ctx_id))
             pipe.get(key)
-            held, located = pipe.execute()
+            try:
+                held, located = pipe.execute()
+            except _MOVED:  # the tree's slot is on another node: nothing of it made here
+                held, located = False, self.client.get(key)
             if not held and _text(located) == path.root:
                 self.client.delete(key)
         except redis.RedisError as exc:
@@ -452,7 +518,16 @@ class Store:
                 *self._level_keys(path), self.ks.done(path.root)]
         args = [res_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
                 "1" if keyed else "0", *amounts]
-        res = self._run(_Op("reserve", keys, args))
+        try:
+            res = self._run(_Op("reserve", keys, args))
+        except UNAVAILABLE:
+            if self.durability.waits and not keyed:
+                # it may be held (on the primary, or on a replica about to take over) for
+                # a call that will not run: let go of it rather than wait for its lease
+                self._requeue([_Op("release", list(self._finish_keys(path)), [
+                    res_id, self.ks.abort_channel, "", NODE_STREAM_CAP,
+                    self.ks.ledger_channel, "skip"])])
+            raise
         if res[0] == 2:
             return Replayed(str(res[2]), int(res[1]))
         if res[0] == 1:
@@ -559,7 +634,7 @@ class Store:
         ops = [_Op("close", keys, [retention_s]),
                _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
         if root:
-            ops.append(_Op("cmd", [], ["ZREM", self.ks.active_roots, path.root]))
+            ops.append(_Op("cmd", [], ["ZREM", self.ks.roots_shard(path.root), path.root]))
         results = self._round_trip(ops)
         for r in results:
             if isinstance(r, Exception):
@@ -609,7 +684,11 @@ class Store:
                 pipe.xrange(self.ks.nodes(path.root, path.ctx_id))
             if events:
                 pipe.xrange(self.ks.events(path.root, path.ctx_id))
-            pipe.time()
+            if self.topology.cluster is None:
+                pipe.time()
+            else:  # the tree's own node's clock (a cluster pipeline sends no key-less TIME)
+                pipe.execute_command("EVAL", "return redis.call('TIME')", 1,
+                                     self.ks.ctx(path.root, path.root))
 
         rest = self._round_trip([], reads)
         for r in rest:

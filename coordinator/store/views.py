@@ -1,14 +1,15 @@
 """Cross-tree views: the indexes that span trees (where a context id lives, the trees still
-open, spend of closed trees by label), read and written outside any one tree's slot."""
+open, spend of closed trees by label), read and written outside any one tree's slot, each
+split in VIEW_SHARDS keys by hash of the root and read together with bounded work."""
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Mapping
 
-import redis
-
-from ..core.keys import KeySpace
+from ..core.keys import VIEW_SHARDS, KeySpace, shard_of
+from .topology import Client
 
 SPEND_LABELS = ("org", "team", "service")
 """The labels whose closed trees' spend is kept per UTC day."""
@@ -22,7 +23,7 @@ def utc_day() -> str:
 class Views:
     """The cross-tree views of one tenant's key space."""
 
-    def __init__(self, client: redis.Redis, keyspace: KeySpace) -> None:
+    def __init__(self, client: Client, keyspace: KeySpace) -> None:
         self.client = client
         self.ks = keyspace
 
@@ -32,25 +33,45 @@ class Views:
         return str(root) if root is not None else None
 
     def active_roots(self, limit: int = 50) -> list[str]:
-        """Root ids of trees not yet closed, oldest first."""
-        return [str(r) for r in self.client.zrange(self.ks.active_roots, 0, limit - 1)]
+        """Root ids of trees not yet closed, oldest first (at most ``limit`` read from
+        each shard, one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.ks.roots_shards():
+            pipe.zrange(key, 0, limit - 1, withscores=True)
+        merged = heapq.merge(*[[(float(s), str(r)) for r, s in shard]
+                               for shard in pipe.execute()])
+        return [root for _, root in list(merged)[:limit]]
+
+    def active_root_count(self) -> int:
+        """How many trees are not yet closed (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.ks.roots_shards():
+            pipe.zcard(key)
+        return sum(int(n) for n in pipe.execute())
 
     def spend_view(self, label: str, day: str | None = None) -> dict[str, int]:
         """Micro-USD of the trees closed on ``day`` (UTC; default today) by ``label``."""
-        raw = self.client.hgetall(self.ks.spend_by(label, day or utc_day()))
-        return {str(k): int(v) for k, v in raw.items()}
+        day = day or utc_day()
+        pipe = self.client.pipeline(transaction=False)
+        for shard in range(VIEW_SHARDS):
+            pipe.hgetall(self.ks.spend_by(label, day, shard))
+        out: dict[str, int] = {}
+        for raw in pipe.execute():
+            for k, v in raw.items():
+                out[str(k)] = out.get(str(k), 0) + int(v)
+        return out
 
     def add_closed_tree(self, spent: int, labels: Mapping[str, str | None],
-                        retention_s: int) -> None:
+                        retention_s: int, *, root: str = "") -> None:
         """Add a closed tree's spend (micro-USD) to today's views named by ``labels``
-        (``org``, ``team``, ``service``; empty values are skipped). One round trip; the
-        views expire after ``retention_s``."""
+        (``org``, ``team``, ``service``; empty values are skipped), in the shard of
+        ``root``. One round trip; the views expire after ``retention_s``."""
         views = {k: v for k, v in labels.items() if v}
         if not spent or not views:
             return
-        day = utc_day()
+        day, shard = utc_day(), shard_of(root)
         pipe = self.client.pipeline(transaction=False)
         for label, value in views.items():
-            pipe.hincrby(self.ks.spend_by(label, day), value, spent)
-            pipe.expire(self.ks.spend_by(label, day), retention_s)
+            pipe.hincrby(self.ks.spend_by(label, day, shard), value, spent)
+            pipe.expire(self.ks.spend_by(label, day, shard), retention_s)
         pipe.execute()
