@@ -3,11 +3,13 @@ replicas watched by three sentinels, started as redis-server processes on free p
 
 from __future__ import annotations
 
+import queue
 import random
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,10 +111,89 @@ class Cluster:
         self.stop()
 
 
+class LagProxy:
+    """A TCP proxy that delays what the primary sends to a replica by ``lag_ms`` (the
+    replication lag of a slow link). ``stop()`` drops what it still holds: with the
+    primary SIGKILLed at the same moment, those writes never reach the replica."""
+
+    def __init__(self, target_port: int, lag_ms: int) -> None:
+        self.target_port, self.lag = target_port, lag_ms / 1000
+        self.port = RedisServer().port
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._socks: list[socket.socket] = [self._server]
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                down, _ = self._server.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._socks.append(down)
+                if self._stopped.is_set():
+                    down.close()
+                    return
+            try:
+                up = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                continue  # the primary is gone; the replica will try again
+            with self._lock:
+                self._socks.append(up)
+                if self._stopped.is_set():
+                    up.close()
+                    return
+            delayed: queue.Queue[tuple[float, bytes]] = queue.Queue()
+            threading.Thread(target=self._pump, args=(down, up, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, delayed), daemon=True).start()
+            threading.Thread(target=self._release, args=(delayed, down), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket,
+              delayed: queue.Queue[tuple[float, bytes]] | None) -> None:
+        try:
+            while not self._stopped.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                if delayed is None:
+                    dst.sendall(data)
+                else:
+                    delayed.put((time.monotonic() + self.lag, data))
+        except OSError:
+            pass
+
+    def _release(self, delayed: queue.Queue[tuple[float, bytes]], dst: socket.socket) -> None:
+        try:
+            while not self._stopped.is_set():
+                try:
+                    due, data = delayed.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                time.sleep(max(0.0, due - time.monotonic()))
+                if self._stopped.is_set():
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped.set()
+            socks = list(self._socks)
+        for sock in socks:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
 class SentinelProcess:
     """One ``redis-server --sentinel`` watching the service ``bc``."""
 
-    def __init__(self, primary_port: int, quorum: int) -> None:
+    def __init__(self, primary_port: int, quorum: int, failover_timeout_ms: int = 4000
+                 ) -> None:
         self.port = RedisServer().port
         self.dir = tempfile.mkdtemp(prefix="bc-sentinel-")
         self.conf = Path(self.dir) / "sentinel.conf"
@@ -120,7 +201,8 @@ class SentinelProcess:
             f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.dir}\n"
             f"sentinel monitor bc 127.0.0.1 {primary_port} {quorum}\n"
             "sentinel down-after-milliseconds bc 1000\n"
-            "sentinel failover-timeout bc 4000\nsentinel parallel-syncs bc 2\n")
+            f"sentinel failover-timeout bc {failover_timeout_ms}\n"
+            "sentinel parallel-syncs bc 2\n")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -141,14 +223,21 @@ class SentinelProcess:
 
 
 class SentinelSet:
-    """A primary, ``replicas`` replicas and three sentinels (quorum 2) for service ``bc``."""
+    """A primary, ``replicas`` replicas and three sentinels (quorum 2) for service ``bc``.
+    With ``lag_ms``, each replica replicates through a LagProxy (and the sentinels' fix
+    of a replica's master address waits ``failover_timeout_ms``, so keep it long)."""
 
     service = "bc"
 
-    def __init__(self, replicas: int = 1) -> None:
+    def __init__(self, replicas: int = 1, *, lag_ms: int = 0,
+                 failover_timeout_ms: int = 4000) -> None:
         self.primary = RedisServer()
-        self.replicas = [RedisServer(extra_args=(
-            "--replicaof", "127.0.0.1", str(self.primary.port))) for _ in range(replicas)]
+        self.proxies = [LagProxy(self.primary.port, lag_ms) for _ in range(replicas)
+                        ] if lag_ms else []
+        ports = [p.port for p in self.proxies] or [self.primary.port] * replicas
+        self.replicas = [RedisServer(extra_args=("--replicaof", "127.0.0.1", str(port)))
+                         for port in ports]
+        self.failover_timeout_ms = failover_timeout_ms
         self.sentinels: list[SentinelProcess] = []
 
     @property
@@ -168,7 +257,8 @@ class SentinelSet:
                  and all(redis.Redis(port=r.port).info("replication")
                          .get("master_link_status") == "up" for r in self.replicas),
                  20, "the replicas to sync")
-        self.sentinels = [SentinelProcess(self.primary.port, 2) for _ in range(3)]
+        self.sentinels = [SentinelProcess(self.primary.port, 2, self.failover_timeout_ms)
+                          for _ in range(3)]
         for s in self.sentinels:
             s.start()
         wait_for(lambda: all(
@@ -188,9 +278,17 @@ class SentinelSet:
         c.script_flush()
         c.close()
 
+    def kill_primary(self) -> None:
+        """SIGKILL the primary; what the lag proxies still hold is lost with it."""
+        self.primary.kill()
+        for proxy in self.proxies:
+            proxy.stop()
+
     def stop(self) -> None:
         for s in self.sentinels:
             s.stop()
+        for proxy in self.proxies:
+            proxy.stop()
         for server in self.servers():
             server.__exit__()
 
@@ -259,6 +357,7 @@ def failover_agent(url: str, token: str, seed: int, seconds: float, durability: 
         except Exception:  # noqa: BLE001 - Redis may still be failing over
             time.sleep(0.1)
     coord.close()
+    gaps = [b - a for a, b in zip(allowed_at, allowed_at[1:], strict=False)]
     out.put({"spent": spent, "allowed": allowed, "offline": offline,
-             "last_allowed": max(allowed_at, default=0.0),
+             "last_allowed": max(allowed_at, default=0.0), "max_gap": max(gaps, default=0.0),
              "pending": len(coord.store._pending)})
