@@ -17,6 +17,7 @@ import redis
 
 from ..core.keys import KeySpace
 from ..core.paths import Path
+from .retention import expire_tree
 from .scripts import Scripts
 from .state_check import readable
 from .topology import Client, Durability, NotReplicatedError, Wires
@@ -639,6 +640,8 @@ class Store:
         for r in results:
             if isinstance(r, Exception):
                 raise r
+        if root:  # and every context below it, closed or not
+            expire_tree(self.client, self.ks, path.root, retention_s)
         return int(results[0][2]) if root and results[0][0] == 1 else 0
 
     def expire_context(self, path: Path, retention_s: int) -> None:

@@ -1,0 +1,104 @@
+"""Retention: a closed root takes every key of its tree with it after the retention,
+contexts never closed included; trees whose processes died without closing them are
+found after an idle time and listed (dry run) or closed and expired (gc)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, report_usage
+from coordinator.core.keys import KeySpace
+from coordinator.store.retention import gc
+from tests import procs
+
+SPAWN = mp.get_context("spawn")
+KS = KeySpace()
+CFG = ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=10)
+
+
+@pytest.fixture
+def short(redis_url: str) -> Iterator[Coordinator]:
+    """A coordinator whose closed trees are kept 1 second."""
+    c = Coordinator.from_url(redis_url, token_keys=procs.TEST_KEYS, retention_s=1)
+    yield c
+    c.close()
+    c.client.close()
+
+
+def _tree_keys(client: redis.Redis, root: str, ids: list[str]) -> list[str]:
+    keys = list(client.scan_iter(f"bc:{{{root}}}:*"))
+    return keys + [k for i in ids if client.exists(k := KS.locator(i))]
+
+
+def test_never_closed_child_under_closed_root_expires(short: Coordinator) -> None:
+    root = ExecutionContext(CFG, coordinator=short)
+    child = root.spawn_child()
+    grandchild = child.spawn_child()
+    assert grandchild.wrap_llm_call(lambda: report_usage(cost_usd=0.01)) == Decision.ALLOW
+    short.store.flush()
+    ids = [root.chain_id, child.chain_id, grandchild.chain_id]
+    assert len(_tree_keys(short.client, root.chain_id, ids)) >= 9
+    root.close()  # the child and grandchild are never closed
+    for key in _tree_keys(short.client, root.chain_id, ids):
+        assert 0 < short.client.ttl(key) <= 1, key
+    time.sleep(2.1)
+    assert _tree_keys(short.client, root.chain_id, ids) == []
+
+
+def _abandon(url: str) -> str:
+    """A tree opened by a process that dies without closing it; returns the root id."""
+    out = SPAWN.Queue()
+    p = SPAWN.Process(target=_open_and_die, args=(url, out))
+    p.start()
+    root = str(out.get(timeout=60))
+    p.join(60)
+    return root
+
+
+def _open_and_die(url: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    import os
+
+    coord = Coordinator.from_url(url, token_keys=procs.TEST_KEYS)
+    root = ExecutionContext(CFG, coordinator=coord)
+    kid = root.spawn_child()
+    kid.wrap_llm_call(lambda: report_usage(cost_usd=0.02))
+    coord.store.flush()
+    out.put(root.chain_id)
+    out.close()
+    out.join_thread()  # the id is sent before the process vanishes
+    os._exit(0)  # no close, no atexit
+
+
+def test_gc_lists_then_expires_trees_left_open(short: Coordinator, redis_url: str) -> None:
+    dead = _abandon(redis_url)
+    live = ExecutionContext(CFG, coordinator=short)
+    time.sleep(1.2)
+    assert live.wrap_llm_call(lambda: None) == Decision.ALLOW  # activity: not idle
+    short.store.flush()
+    assert set(short.views.active_roots()) == {dead, live.chain_id}
+
+    listed = gc(short, idle_s=1.0, dry_run=True)
+    assert [t.root for t in listed.idle] == [dead]
+    assert listed.idle[0].contexts == 2 and listed.idle[0].spent_usd == pytest.approx(0.02)
+    assert listed.expired == 0 and short.views.active_roots().count(dead) == 1
+
+    done = gc(short, idle_s=1.0, dry_run=False)
+    assert [t.root for t in done.idle] == [dead] and done.expired == 1
+    assert short.views.active_roots() == [live.chain_id]
+    assert short.client.hget(KS.ctx(dead, dead), "status") == "closed"
+    time.sleep(2.1)
+    assert list(short.client.scan_iter(f"bc:{{{dead}}}:*")) == []
+    live.close()
+
+
+def test_gc_removes_index_entries_of_trees_that_are_gone(short: Coordinator) -> None:
+    short.client.zadd(KS.roots_shard("vanished"), {"vanished": 1})
+    assert gc(short, idle_s=0, dry_run=True).stale == 0
+    report = gc(short, idle_s=0, dry_run=False)
+    assert report.stale == 1 and report.examined == 1
+    assert short.views.active_roots() == []
