@@ -12,7 +12,8 @@ processes ride out the switch (calls fail closed meanwhile) and flush at the end
 Prints, per setting: calls made, the spend the callers saw their calls make, the spend
 the new primary holds, what is lost (the difference; settles that found no reservation
 were charged to their path, counted apart), and the longest stretch without an allowed
-call (the fail-closed window).
+call (the fail-closed window). Then, on one Redis, the call rate of one process with no
+AOF, ``appendfsync everysec`` and ``appendfsync always``, side by side.
 """
 
 from __future__ import annotations
@@ -69,6 +70,33 @@ def run(durability: str, seconds: float, lag_ms: int) -> dict[str, float]:
                 "pending": sum(r["pending"] for r in results)}
 
 
+def fsync_rates(calls: int = 3000) -> dict[str, float]:
+    """Calls per second of one process on one Redis, by persistence setting."""
+    from coordinator import WrapOptions, report_usage
+    from coordinator.embedded import RedisServer
+
+    rates = {}
+    for name, args in (("no AOF", ("--appendonly", "no")),
+                       ("appendfsync everysec", ("--appendonly", "yes", "--appendfsync",
+                                                 "everysec")),
+                       ("appendfsync always", ("--appendonly", "yes", "--appendfsync",
+                                               "always"))):
+        with RedisServer(extra_args=args) as server:
+            coord = Coordinator.from_url(server.url, token_keys=TEST_KEYS)
+            root = ExecutionContext(ExecutionConfig(max_cost_usd=100_000.0,
+                                                    max_steps=10**7, max_retries_total=10),
+                                    coordinator=coord)
+            opts = WrapOptions(cost_estimate_hint=0.002)
+            start = time.perf_counter()
+            for _ in range(calls):
+                root.wrap_llm_call(lambda: report_usage(cost_usd=0.001), opts)
+            coord.store.flush()
+            rates[name] = calls / (time.perf_counter() - start)
+            root.close()
+            coord.close()
+    return rates
+
+
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 12.0
     lag_ms = int(sys.argv[2]) if len(sys.argv) > 2 else 200
@@ -84,6 +112,11 @@ def main() -> None:
               f"{r['orphans_charged'] / 1e6:>11.6f}{r['gap']:>10.1f}"
               + ("" if r["failed_over"] else "  (no failover!)")
               + (f"  ({r['pending']:.0f} writes never landed)" if r["pending"] else ""))
+    rates = fsync_rates()
+    base = rates["no AOF"]
+    print("\none process, one Redis, calls/s by persistence setting (ratio to no AOF):")
+    for name, rate in rates.items():
+        print(f"  {name:<22}{rate:>8.0f}  {rate / base:>5.2f}")
 
 
 if __name__ == "__main__":
