@@ -10,8 +10,9 @@ third of ``seconds`` (default 12) the primary is SIGKILLed together with the pro
 processes ride out the switch (calls fail closed meanwhile) and flush at the end.
 
 Prints, per setting: calls made, the spend the callers saw their calls make, the spend
-the new primary holds, what is lost (the difference; settles that found no reservation
-were charged to their path, counted apart), and the longest stretch without an allowed
+the new primary holds, what is lost (the difference), the settles that found no
+reservation and were charged to their path ("orphans") or found no path either (recorded
+only, "unpathed"; part of the loss), and the longest stretch without an allowed
 call (the fail-closed window). Then, on one Redis, the call rate of one process with no
 AOF, ``appendfsync everysec`` and ``appendfsync always``, side by side.
 """
@@ -103,13 +104,14 @@ def main() -> None:
     print(f"{AGENTS} processes, {seconds:.0f} s, replication lag {lag_ms} ms, primary "
           f"SIGKILLed at {seconds / 3:.0f} s")
     print(f"{'durability':<12}{'calls':>8}{'callers $':>12}{'Redis $':>12}{'lost $':>10}"
-          f"{'lost %':>8}{'orphans $':>11}{'window s':>10}")
+          f"{'lost %':>8}{'orphans $':>11}{'unpathed $':>11}{'window s':>10}")
     for durability in ("local", "replicated"):
         r = run(durability, seconds, lag_ms)
         pct = 100 * r["lost"] / r["spent"] if r["spent"] else 0.0
         print(f"{durability:<12}{r['calls']:>8.0f}{r['spent'] / 1e6:>12.6f}"
               f"{r['held'] / 1e6:>12.6f}{r['lost'] / 1e6:>10.6f}{pct:>8.2f}"
-              f"{r['orphans_charged'] / 1e6:>11.6f}{r['gap']:>10.1f}"
+              f"{r['orphans_charged'] / 1e6:>11.6f}{r['orphans_uncharged'] / 1e6:>11.6f}"
+              f"{r['gap']:>10.1f}"
               + ("" if r["failed_over"] else "  (no failover!)")
               + (f"  ({r['pending']:.0f} writes never landed)" if r["pending"] else ""))
     rates = fsync_rates()
