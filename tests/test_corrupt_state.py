@@ -78,11 +78,12 @@ def test_corrupt_token_total_limit_stops_the_level(coord: Coordinator, value: st
         assert root.get_snapshot().abort_reason == "state_corrupt"
 
 
-def test_corrupt_counter_between_reserve_and_settle_changes_nothing(coord: Coordinator
-                                                                     ) -> None:
-    """A settle that cannot complete (a counter on its path is corrupt) charges nothing
-    anywhere, keeps the reservation held and stops the level: the spend stays held
-    against every ceiling above, not lost."""
+@pytest.mark.parametrize("fails", [False, True], ids=["settle", "release"])
+def test_corrupt_counter_between_reserve_and_settle_changes_nothing(coord: Coordinator,
+                                                                    fails: bool) -> None:
+    """A settle (or a failed call's release) that cannot complete (a counter on its path
+    is corrupt) charges nothing anywhere, keeps the reservation held and stops the
+    level: the spend stays held against every ceiling above, not lost."""
     with ExecutionContext(_config(max_cost_usd=1.0)) as root:
         child = root.spawn_child()
         mid_key = KS.ctx(root.chain_id, child.chain_id)
@@ -90,15 +91,17 @@ def test_corrupt_counter_between_reserve_and_settle_changes_nothing(coord: Coord
         def body() -> None:
             coord.client.hset(KS.ctx(root.chain_id, root.chain_id), "u:usd", "abc")
             report_usage(cost_usd=0.04)
+            if fails:
+                raise RuntimeError("provider 500")
 
         grandchild = child.spawn_child()
         assert grandchild.wrap_llm_call(body, WrapOptions(cost_estimate_hint=0.05)) \
-            == Decision.ALLOW
+            == (Decision.RETRY if fails else Decision.ALLOW)
         coord.store.flush()
         assert coord.client.hlen(KS.reservations(root.chain_id)) == 1  # still held
         mid = coord.client.hgetall(mid_key)
         assert mid.get("u:usd", "0") == "0" and mid["h:usd"] == "50000"
-        assert mid.get("u:steps", "0") == "0"
+        assert mid.get("u:steps", "0") == "0" and mid.get("u:retries", "0") == "0"
         h = coord.client.hgetall(KS.ctx(root.chain_id, root.chain_id))
         assert h["reason"] == "state_corrupt" and h["u:usd"] == "abc"
         assert coord.client.xlen(KS.nodes(root.chain_id, grandchild.chain_id)) == 0
