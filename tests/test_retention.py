@@ -102,3 +102,21 @@ def test_gc_removes_index_entries_of_trees_that_are_gone(short: Coordinator) -> 
     report = gc(short, idle_s=0, dry_run=False)
     assert report.stale == 1 and report.examined == 1
     assert short.views.active_roots() == []
+
+
+def test_open_trees_sorted_by_spend_or_fraction_with_the_total(coord: Coordinator) -> None:
+    small = ExecutionContext(ExecutionConfig(max_cost_usd=0.1, max_steps=10,
+                                             max_retries_total=1), coordinator=coord)
+    big = ExecutionContext(ExecutionConfig(max_cost_usd=10.0, max_steps=10,
+                                           max_retries_total=1), coordinator=coord)
+    idle = ExecutionContext(CFG, coordinator=coord)
+    small.wrap_llm_call(lambda: report_usage(cost_usd=0.05))
+    big.wrap_llm_call(lambda: report_usage(cost_usd=0.2))
+    coord.store.flush()
+    by_spend, total = coord.views.open_trees(limit=2)
+    assert total == 3 and [t.root for t in by_spend] == [big.chain_id, small.chain_id]
+    by_fraction, _ = coord.views.open_trees(limit=1, sort="fraction")
+    assert by_fraction[0].root == small.chain_id
+    assert by_fraction[0].fraction == pytest.approx(0.5)
+    for ctx in (small, big, idle):
+        ctx.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..core.keys import VIEW_SHARDS, KeySpace, shard_of
 from .topology import Client
@@ -18,6 +19,28 @@ SPEND_LABELS = ("org", "team", "service")
 def utc_day() -> str:
     """Today (UTC) as ``YYYY-MM-DD``, the key of a day's spend views."""
     return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+@dataclass(frozen=True)
+class OpenTree:
+    """A tree not yet closed, as ``budgetctl top`` lists it."""
+
+    root: str
+    spent: int
+    """Micro-USD settled in the tree."""
+    ceiling: int | None
+    """The root's micro-USD limit (None: none)."""
+    created_ms: int
+
+    @property
+    def fraction(self) -> float:
+        """Spend as a fraction of the ceiling (0 without one)."""
+        return self.spent / self.ceiling if self.ceiling else 0.0
+
+
+def _int(value: object) -> int:
+    text = str(value) if value is not None else ""
+    return int(text) if text.isdigit() else 0
 
 
 class Views:
@@ -48,6 +71,37 @@ class Views:
         for key in self.ks.roots_shards():
             pipe.zcard(key)
         return sum(int(n) for n in pipe.execute())
+
+    def open_trees(self, limit: int = 50, *, sort: str = "spend", per_shard: int = 200
+                   ) -> tuple[list[OpenTree], int]:
+        """The ``limit`` open trees with the most spend (``sort="spend"``), the highest
+        fraction of their ceiling (``"fraction"``) or the oldest (``"age"``), among the
+        ``per_shard`` oldest of each shard (bounded work: two round trips), and how many
+        trees are open in all."""
+        if sort not in ("spend", "fraction", "age"):
+            raise ValueError(f"sort must be 'spend', 'fraction' or 'age', not {sort!r}")
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.ks.roots_shards():
+            pipe.zrange(key, 0, per_shard - 1, withscores=True)
+            pipe.zcard(key)
+        replies = pipe.execute()
+        candidates = [(str(r), int(score)) for shard in replies[0::2] for r, score in shard]
+        total = sum(int(n) for n in replies[1::2])
+        pipe = self.client.pipeline(transaction=False)
+        for root, _ in candidates:
+            pipe.hmget(self.ks.ctx(root, root), "u:usd", "l:usd")
+        trees = [OpenTree(root, _int(used), _int(ceiling) if ceiling is not None else None,
+                          created)
+                 for (root, created), (used, ceiling) in zip(candidates, pipe.execute(),
+                                                             strict=True)]
+        def order(t: OpenTree) -> tuple[float, float]:
+            if sort == "spend":
+                return (-t.spent, t.created_ms)
+            if sort == "fraction":
+                return (-t.fraction, -t.spent)
+            return (t.created_ms, 0)
+
+        return sorted(trees, key=order)[:limit], total
 
     def spend_view(self, label: str, day: str | None = None) -> dict[str, int]:
         """Micro-USD of the trees closed on ``day`` (UTC; default today) by ``label``."""
