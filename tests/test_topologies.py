@@ -22,7 +22,7 @@ from coordinator import (
     report_usage,
 )
 from coordinator.core.keys import KeySpace
-from coordinator.store.topology import TopologyURLError, client_from_url
+from coordinator.store.topology import TopologySettingError, TopologyURLError, client_from_url
 from tests import procs
 from tests.invariants import check_tree, orphans
 from tests.topologies import Cluster, SentinelSet, failover_agent
@@ -85,6 +85,15 @@ def test_sentinel_url_names_service_sentinels_password_db_and_tls() -> None:
 def test_bad_topology_urls_are_refused_clearly(url: str) -> None:
     with pytest.raises(TopologyURLError):
         client_from_url(url)
+
+
+@pytest.mark.parametrize("kw", [{"durability": "quorum"}, {"replicas": 0},
+                                {"wait_timeout_ms": 10**9}, {"replicas": True}])
+def test_bad_durability_settings_are_refused_clearly(redis_url: str,
+                                                     kw: dict[str, object]) -> None:
+    with pytest.raises(TopologySettingError) as err:
+        Coordinator.from_url(redis_url, token_keys=procs.TEST_KEYS, **kw)
+    assert err.value.setting in ("durability", "replicas", "wait_timeout_ms")
 
 
 # -- Cluster -------------------------------------------------------------------------------

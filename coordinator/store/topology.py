@@ -11,6 +11,8 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
+from ..errors import BudgetCoordinatorError
+
 Client = redis.Redis | RedisCluster
 """A client the Coordinator accepts: ``Redis`` (also ``Sentinel.master_for(...)``) or
 ``RedisCluster``."""
@@ -21,8 +23,20 @@ _SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "red
             "rediss+cluster")
 
 
-class TopologyURLError(ValueError):
-    """A Redis URL this project cannot connect with (the message says why)."""
+class TopologySettingError(BudgetCoordinatorError, ValueError):
+    """A topology setting that cannot work: ``setting`` names it, ``value`` is what was
+    given, the message says why."""
+
+    def __init__(self, setting: str, value: object, why: str) -> None:
+        self.setting, self.value = setting, value
+        super().__init__(f"{setting}={value!r}: {why}")
+
+
+class TopologyURLError(TopologySettingError):
+    """A Redis URL this project cannot connect with (``value`` is the URL part)."""
+
+    def __init__(self, value: object, why: str) -> None:
+        super().__init__("url", value, why)
 
 
 @dataclass(frozen=True)
@@ -50,9 +64,9 @@ def _endpoints(netloc: str, default_port: int) -> tuple[list[Endpoint], str | No
         try:
             out.append(Endpoint(host or "localhost", int(port) if port else default_port))
         except ValueError:
-            raise TopologyURLError(f"bad port in {part!r}") from None
+            raise TopologyURLError(part, "the port is not a number") from None
     if not out:
-        raise TopologyURLError("the URL names no host")
+        raise TopologyURLError(netloc, "the URL names no host")
     return out, user, password
 
 
@@ -77,7 +91,7 @@ def client_from_url(url: str, **options: Any) -> Client:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
-        raise TopologyURLError(f"unsupported Redis URL scheme {parts.scheme!r} (one of "
+        raise TopologyURLError(parts.scheme, "unsupported Redis URL scheme (one of "
                                f"{', '.join(s + '://' for s in _SCHEMES)})")
     query = parse_qs(parts.query)
     if scheme.endswith("+sentinel"):
@@ -86,7 +100,7 @@ def client_from_url(url: str, **options: Any) -> Client:
     if scheme.endswith("+cluster") or _flag(query, "cluster"):
         nodes, user, password = _endpoints(parts.netloc, 6379)
         if parts.path.strip("/") not in ("", "0"):
-            raise TopologyURLError("Redis Cluster has only database 0")
+            raise TopologyURLError(parts.path, "Redis Cluster has only database 0")
         return RedisCluster(
             startup_nodes=[ClusterNode(e.host, e.port)  # type: ignore[no-untyped-call]
                            for e in nodes], username=user,
@@ -119,13 +133,13 @@ def _sentinel_client(netloc: str, path: str, query: dict[str, list[str]], *, tls
     sentinels, user, password = _endpoints(netloc, 26379)
     segments = [s for s in path.split("/") if s]
     if not segments:
-        raise TopologyURLError("redis+sentinel:// needs the service name: "
+        raise TopologyURLError(path, "redis+sentinel:// needs the service name: "
                                "redis+sentinel://host:26379,host:26379/<service>[/db]")
     service = unquote(segments[0])
     try:
         db = int(segments[1]) if len(segments) > 1 else int(query.get("db", ["0"])[-1])
     except ValueError:
-        raise TopologyURLError(f"bad database number in {path!r}") from None
+        raise TopologyURLError(path, "the database is not a number") from None
     sentinel_kwargs = {k: v for k, v in (
         ("password", query.get("sentinel_password", [None])[-1]),
         ("username", query.get("sentinel_username", [None])[-1]),
@@ -205,9 +219,11 @@ class Durability:
 
     def __post_init__(self) -> None:
         if self.mode not in ("local", "replicated"):
-            raise ValueError(f"durability must be 'local' or 'replicated', not {self.mode!r}")
-        if not 1 <= self.replicas <= 16 or not 1 <= self.timeout_ms <= 60_000:
-            raise ValueError("replicas must be 1..16 and the WAIT timeout 1..60000 ms")
+            raise TopologySettingError("durability", self.mode, "'local' or 'replicated'")
+        for name, value, top in (("replicas", self.replicas, 16),
+                                 ("wait_timeout_ms", self.timeout_ms, 60_000)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise TopologySettingError(name, value, f"an integer from 1 to {top}")
 
     @property
     def waits(self) -> bool:
