@@ -18,6 +18,9 @@
 -- ARGV[7..]   pairs: dimension, amount spent before the failure (integers >= 0)
 --
 -- Idempotent, checked before it writes, and never silent about a lost reservation, like
--- settle.lua, with the same replies ({0}, {1, ...}, {3, ...}, {4, ...}, {5}).
+-- settle.lua.
+-- Returns the replies of settle.lua: {0} already finished; {1, level, reason, detail, ...};
+--         {4, ...} never held here, charged to the path; {5} nor its path, recorded;
+--         {3, level, 'state_corrupt', detail} nothing charged, the reservation kept.
 
 return close_reservation(ARGV[6], false, ARGV[6] == 'error', 7)
