@@ -129,6 +129,23 @@ def test_cluster_write_behind_pipes_per_node_and_indexes_spread(
     assert cluster_coord.views.active_root_count() == 0
 
 
+def test_cluster_ledger_publish_and_lease_renewal(cluster_coord: Coordinator) -> None:
+    with ExecutionContext(BIG, coordinator=cluster_coord) as root:
+        held = root.ledger.reserve(input_tokens=10)  # appends and publishes a ledger event
+        root.ledger.consume(held, input_tokens=7)
+        assert root.get_snapshot().tokens.input == 7
+        leases = KS.leases(root.chain_id)
+
+        def body() -> None:
+            before = cluster_coord.client.zrange(leases, 0, -1, withscores=True)[0][1]
+            time.sleep(0.01)
+            cluster_coord.store.renew_leases()
+            after = cluster_coord.client.zrange(leases, 0, -1, withscores=True)[0][1]
+            assert after > before
+
+        assert root.wrap_llm_call(body) == Decision.ALLOW
+
+
 def test_plain_client_on_a_cluster_node_fails_closed_without_strays(cluster: Cluster) -> None:
     cluster.flush()
     node = redis.Redis(port=cluster.nodes[0].port, decode_responses=True)

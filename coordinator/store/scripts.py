@@ -56,4 +56,5 @@ class Scripts:
 
     def queue(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
         """Queue an EVALSHA of ``name`` on a pipeline."""
-        pipe.evalsha(self.by_name[name].sha, len(keys), *keys, *args)
+        # execute_command: a cluster pipeline blocks its evalsha method, not the command
+        pipe.execute_command("EVALSHA", self.by_name[name].sha, len(keys), *keys, *args)

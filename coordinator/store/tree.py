@@ -608,8 +608,11 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         pipe.xadd(self.ks.ledger(path.root), {"e": event_json}, maxlen=EVENT_STREAM_CAP,
                   approximate=True)
-        pipe.publish(self.ks.ledger_channel, event_json)
+        if self.topology.cluster is None:
+            pipe.publish(self.ks.ledger_channel, event_json)
         pipe.execute()
+        if self.topology.cluster is not None:  # a cluster pipeline sends no PUBLISH
+            self.client.publish(self.ks.ledger_channel, event_json)
 
     def abort(self, path: Path, reason: str, detail: str) -> list[Any]:
         """Stop the context named by ``path`` (see abort.lua for the result)."""
