@@ -170,14 +170,18 @@ def test_invariants_hold_across_processes_on_a_cluster(cluster_coord: Coordinato
 
 def test_abort_reaches_another_process_on_a_cluster(cluster_coord: Coordinator,
                                                     cluster: Cluster) -> None:
+    # the worker may subscribe through another node than the tree's
+    _abort_reaches_another_process(cluster_coord, cluster.node_url(2))
+
+
+def _abort_reaches_another_process(coord: Coordinator, url: str) -> None:
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=10,
                                           max_retries_total=3),
-                          coordinator=cluster_coord) as parent:
+                          coordinator=coord) as parent:
         child = parent.spawn_child()
         ready, out = SPAWN.Event(), SPAWN.Queue()
-        # the worker subscribes through another node than the tree's
         p = SPAWN.Process(target=procs.wait_for_cancel,
-                          args=(cluster.node_url(2), child.token, False, ready, out))
+                          args=(url, child.token, False, ready, out))
         p.start()
         assert ready.wait(60)
         sent = time.time()
@@ -211,6 +215,11 @@ def test_master_for_client_is_accepted(sentinels: SentinelSet) -> None:
         assert root.wrap_llm_call(lambda: report_usage(cost_usd=0.01)) == Decision.ALLOW
     assert check_tree(c.client, root.chain_id) == 10_000
     c.close()
+
+
+def test_abort_reaches_another_process_on_sentinel(sentinel_coord: Coordinator,
+                                                   sentinels: SentinelSet) -> None:
+    _abort_reaches_another_process(sentinel_coord, sentinels.url)
 
 
 def test_invariants_hold_across_processes_on_sentinel(sentinel_coord: Coordinator,
