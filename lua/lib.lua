@@ -230,6 +230,8 @@ end
 -- a settle repeated within it (a write-behind retry, a reply lost in a failover) changes
 -- nothing.
 local FINISHED_KEEP_MS = 3600000
+-- How long the record of a settle whose tree does not exist here is kept (7 days).
+local ORPHAN_RECORD_KEEP_S = 604800
 
 -- The ids of the path whose context hashes are the KEYS first, first + 2, ..., read from
 -- the hashes themselves (a settle whose reservation is not here); nil when one is missing.
@@ -284,7 +286,10 @@ local function close_reservation(outcome, step, retry, amounts_from)
     end
     local ids = path_from_keys(first, (#KEYS - first - 1) / 2)
     if ids == nil then
+      -- the tree is gone here: its ledger stream keeps the record a week, not forever
+      local fresh = redis.call('EXISTS', KEYS[4]) == 0
       orphan_event(id, nil, false, amounts, now, KEYS[4], ARGV[5])
+      if fresh then redis.call('EXPIRE', KEYS[4], ORPHAN_RECORD_KEEP_S) end
       return {5}
     end
     rec, code = {c = ids[#ids], p = ids, d = {}}, 4

@@ -163,6 +163,7 @@ def test_settle_of_a_path_that_does_not_exist_is_recorded_not_charged(
                               amounts=["usd", 7_000], write_behind=False) == []
     assert orphans(coord.client, "ghost-root") == (0, 7_000)
     assert not coord.client.exists(KS.ctx("ghost-root", "ghost-kid"))
+    assert 0 < coord.client.ttl(KS.ledger("ghost-root")) <= 7 * 24 * 3600  # not forever
 
 
 def test_orphan_metric_counts_the_event(coord: Coordinator) -> None:
