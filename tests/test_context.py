@@ -143,7 +143,7 @@ def test_estimate_that_does_not_fit_is_refused_without_stopping(coord: Coordinat
                                  WrapOptions(cost_estimate_hint=0.05)) == Decision.ALLOW
         snap = ctx.get_snapshot()
         assert not snap.aborted and snap.events[0].event_type == "budget_exceeded"
-        assert "needs 200000" in snap.events[0].reason
+        assert "usd needs $0.20, $0.10 of $0.10 left" in snap.events[0].reason
 
 
 def test_underestimate_overshoots_once_then_halts(coord: Coordinator) -> None:
