@@ -3,6 +3,7 @@ with what changed in Redis, and Ctrl-C ends them cleanly (exit 0)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -80,6 +81,27 @@ def test_tree_watch_piped_prints_frame_after_frame(coord: Coordinator, redis_url
             proc.send_signal(signal.SIGINT)
             assert proc.wait(15) == 0
             assert b"Traceback" not in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            run.close()
+
+
+def test_top_json_watch_prints_one_document_per_line(coord: Coordinator,
+                                                    redis_url: str) -> None:
+    run = ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=1))
+    with subprocess.Popen(
+        [sys.executable, "-m", "coordinator.cli", "--redis", redis_url, "top", "--json",
+         "--watch", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=ROOT) as proc:
+        try:
+            assert proc.stdout is not None
+            first, second = proc.stdout.readline(), proc.stdout.readline()
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(15) == 0
+            for line in (first, second):
+                doc = json.loads(line)
+                assert doc["total"] == 1 and doc["trees"][0]["id"] == run.chain_id
         finally:
             if proc.poll() is None:
                 proc.kill()

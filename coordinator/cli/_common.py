@@ -24,7 +24,8 @@ from ..store.views import RedisError
 DEFAULT_WATCH_S = 2.0
 """The refresh interval of a bare ``--watch``."""
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (shape: docs/cli.md).")]
+JsonOption = Annotated[bool, typer.Option(
+    "--json", help="Print JSON (shapes: docs/cli.md); with --watch, one line per refresh.")]
 WatchOption = Annotated[float | None, typer.Option(
     "--watch", metavar="[SECONDS]", min=0.1,
     help=f"Redraw every SECONDS (bare --watch: every {DEFAULT_WATCH_S:g}); Ctrl-C ends.")]
@@ -67,9 +68,17 @@ def connect(ctx: typer.Context) -> Iterator[Coordinator]:
             coord.client.close()
 
 
-def print_json(data: Any) -> None:
-    """One JSON document on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+def print_json(read: Callable[[], Any], watch_s: float | None) -> None:
+    """``read()`` as one JSON document on stdout; with ``watch_s``, one compact document
+    per line every ``watch_s`` seconds (JSON lines) until Ctrl-C."""
+    if watch_s is None:
+        sys.stdout.write(json.dumps(read(), indent=2, ensure_ascii=False) + "\n")
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            sys.stdout.write(json.dumps(read(), ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+            time.sleep(watch_s)
 
 
 def show(render: Callable[[], RenderableType], watch_s: float | None, title: str) -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..store.views import SPEND_LABELS
-from ._common import JsonOption, connect, console, print_json
+from ._common import connect, console, print_json
 from .rows import usd
 
 app = typer.Typer()
@@ -58,7 +58,8 @@ def spend(
     ctx: typer.Context,
     day: Annotated[str | None, typer.Option(
         metavar="DAY", help="YYYY-MM-DD (UTC), 'today' (default) or 'yesterday'.")] = None,
-    json_out: JsonOption = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print JSON (shape: docs/cli.md).")] = False,
 ) -> None:
     """Spend of the trees closed on one UTC day, by org, team and service.
 
@@ -72,6 +73,6 @@ def spend(
             "day": the_day,
             "by": {label: {value: micro / 1e6 for value, micro in sorted(
                 view.items(), key=lambda kv: (-kv[1], kv[0]))} for label, view in by.items()}}
-        print_json(data)
+        print_json(lambda: data, None)
         return
     console().print(spend_table(the_day, by))

@@ -71,7 +71,8 @@ def top(
     """Open trees with spend against each root's ceiling (largest spend first)."""
     with connect(ctx) as coord:
         if json_out:
-            print_json(top_json(read_top(coord, sort.value, limit), sort.value))
+            print_json(lambda: top_json(read_top(coord, sort.value, limit), sort.value),
+                       watch)
             return
         show(lambda: top_table(read_top(coord, sort.value, limit), sort.value), watch,
              "budgetctl top")

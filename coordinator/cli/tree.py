@@ -70,7 +70,7 @@ def tree(
     with connect(ctx) as coord:
         where = locate(coord, context_id)
         if json_out:
-            print_json(tree_json(*read_tree(coord, where)))
+            print_json(lambda: tree_json(*read_tree(coord, where)), watch)
             return
 
         def render() -> RenderableType:
