@@ -165,19 +165,22 @@ def test_every_context_under_an_abort_shows_who_stopped_it_and_why(
     run = _run("r-abort")
     kid = run.spawn_child(max_cost_usd=0.5)
     grandkid = kid.spawn_child(max_cost_usd=0.1)
+    finished = kid.spawn_child(max_cost_usd=0.1)
+    finished.close()  # before the abort: nothing of it was halted
     sibling = run.spawn_child(max_cost_usd=0.2)
     code, out, _ = _cli(capsys, redis_url, "abort", kid.chain_id, "runaway loop")
     assert code == 0 and f"aborted {kid.chain_id} and its subtree: runaway loop" in out
     code, out, _ = _cli(capsys, redis_url, "tree", "r-abort")
     lines = out.splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 5
     by_id = {ctx.chain_id: next(line for line in lines if ctx.chain_id in line.split())
-             for ctx in (run, kid, grandkid, sibling)}
+             for ctx in (run, kid, grandkid, finished, sibling)}
     assert by_id["r-abort"].endswith("running")
     assert by_id[sibling.chain_id].endswith("running")
     assert by_id[kid.chain_id].endswith("stopped: aborted (runaway loop)")
     assert by_id[grandkid.chain_id].endswith(
         f"halted: aborted at {kid.chain_id} (runaway loop)")
+    assert by_id[finished.chain_id].endswith("calls  closed")
     # asked for the grandchild alone, the stop above it is still shown
     code, out, _ = _cli(capsys, redis_url, "tree", grandkid.chain_id)
     assert out.strip().endswith(f"halted: aborted at {kid.chain_id} (runaway loop)")

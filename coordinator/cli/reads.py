@@ -103,7 +103,7 @@ def read_tree(coord: Coordinator, where: Located, max_kids: int = MAX_KIDS_SHOWN
                 parent.children.append(node)
             room = max(0, min(max_kids, max_nodes - read - len(nxt)))
             node.more = max(0, len(children) - room)
-            nxt += [(k, node.row.stop, node) for k in children[:room]]
+            nxt += [(k, node.row.stop or above, node) for k in children[:room]]
         level = nxt
     assert root_node is not None
     return root_node, now
