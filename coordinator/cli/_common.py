@@ -19,7 +19,7 @@ from rich.text import Text
 from ..errors import BackendUnavailableError, BudgetCoordinatorError
 from ..runtime.coordinator import Coordinator
 from ..runtime.settings import default_url
-from ..store.views import RedisError
+from ..store.errors import RedisError
 
 DEFAULT_WATCH_S = 2.0
 """The refresh interval of a bare ``--watch``."""

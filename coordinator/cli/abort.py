@@ -40,10 +40,10 @@ def abort(
     text = (reason or f"aborted with budgetctl by {_operator()}")[:MAX_REASON]
     with connect(ctx) as coord:
         where = locate(coord, context_id)
-        res = coord.store.abort(Path(where.root, where.ids), "aborted", text)
-        if int(res[0]) == -1:
+        reply = coord.store.abort(Path(where.root, where.ids), "aborted", text)
+        if reply.outcome == "missing":
             raise ContextNotFoundError(where.ctx_id)
-        if int(res[0]) == 1:
+        if reply.outcome == "stopped":
             print(f"aborted {where.ctx_id} and its subtree: {text}")
         else:
-            print(f"{where.ctx_id} was already {res[1]}; nothing changed")
+            print(f"{where.ctx_id} was already {reply.status or 'stopped'}; nothing changed")

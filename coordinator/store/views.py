@@ -10,9 +10,6 @@ import redis
 
 from ..core.keys import KeySpace
 
-RedisError = redis.RedisError
-"""What a view raises when Redis fails (so that callers need not import redis)."""
-
 SPEND_LABELS = ("org", "team", "service")
 """The labels whose closed trees' spend is kept per UTC day."""
 
