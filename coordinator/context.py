@@ -806,7 +806,12 @@ class ExecutionContext:
         decision = Decision.ALLOW
         try:
             if self.pipeline is not None and call.tool_ctx is not None:
-                decision = self.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+                # before_charge decides for LLM calls only (the reference's rule): a tool
+                # call that already ran is not turned into a HALT; hooks still learn its cost.
+                if call.kind == "llm":
+                    decision = self.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+                else:
+                    self.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
                 self._mirror_pipeline_events(self.pipeline)
             if self.circuit_breaker is not None:
                 self.circuit_breaker.record_success()

@@ -40,6 +40,7 @@ class ShieldHook(Protocol):
     def before_egress(self, ctx: ToolCallContext, url: str) -> Decision | None: ...
     def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision | None: ...
     def on_error(self, ctx: ToolCallContext, error: BaseException) -> Decision | None: ...
+    def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> None: ...
 
 
 class ShieldPipeline:
@@ -93,6 +94,14 @@ class ShieldPipeline:
 
     def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision:
         return self._consult("before_charge", ctx, cost_usd)
+
+    def charged(self, ctx: ToolCallContext, cost_usd: float) -> None:
+        """Tell the hooks' ``on_charge`` the actual cost of a call that ``before_charge``
+        does not judge (tool calls): no decision."""
+        for hook in self.hooks:
+            fn = getattr(hook, "on_charge", None)
+            if fn is not None:
+                fn(ctx, cost_usd)
 
     def on_error(self, ctx: ToolCallContext, error: BaseException) -> Decision:
         """The first hook's non-ALLOW decision, else RETRY."""

@@ -187,7 +187,18 @@ class BudgetWindowHook(RecordingHook):
     def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision | None:
         """Replace the call's estimate in the USD window with its actual cost (no round
         trip without ``max_usd`` or when they are equal). DEGRADE when the window is now
-        past ``degrade_at`` of ``max_usd``."""
+        past ``degrade_at`` of ``max_usd``. (ExecutionContext asks it of LLM calls; a tool
+        call's cost comes through :meth:`on_charge`.)"""
+        v = self.on_charge(ctx, cost_usd)
+        if v is None or v.decision == Decision.ALLOW:
+            return None
+        self._emit(ctx, "budget_window_degrade", Decision.DEGRADE,
+                   self._describe(v, f"is past {self.degrade_at:.0%} of"), **self._meta(v))
+        return Decision.DEGRADE
+
+    def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> WindowVerdict | None:
+        """Replace the call's estimate in the USD window with its actual cost; the
+        window's state after it (None when nothing was sent)."""
         if not self._max_micro or ctx.kind not in self.kinds:
             return None
         held = usd_to_micro(ctx.cost_estimate_usd, round_up=True)
@@ -203,12 +214,7 @@ class BudgetWindowHook(RecordingHook):
             log.warning("budget window %s: could not charge %s (%s)", self.name, ctx.node_id,
                         exc)
             return None
-        v = _verdict(value, raw)
-        if v.decision == Decision.ALLOW:
-            return None
-        self._emit(ctx, "budget_window_degrade", Decision.DEGRADE,
-                   self._describe(v, f"is past {self.degrade_at:.0%} of"), **self._meta(v))
-        return Decision.DEGRADE
+        return _verdict(value, raw)
 
     def _describe(self, v: WindowVerdict, verb: str) -> str:
         limits = []

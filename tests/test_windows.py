@@ -140,6 +140,21 @@ def test_a_one_call_window_lets_its_call_run_through_a_context(coord: Coordinato
     assert ran == [1]
 
 
+def test_a_tool_window_is_charged_its_actual_cost_without_a_decision(
+        coord: Coordinator) -> None:
+    pipeline = ShieldPipeline()
+    hook = BudgetWindowHook(scope="service", max_usd=0.10, window_s=60, kinds=("tool",),
+                            pipeline=pipeline, coordinator=coord)
+    meta = ChainMetadata(request_id="r", chain_id="tool-window", service="search")
+    with ExecutionContext(ExecutionConfig(max_cost_usd=1, max_steps=10, max_retries_total=1),
+                          pipeline, meta, coordinator=coord) as ctx:
+        # $0.09 actual against a $0.01 estimate: past 80% of the window, yet the tool
+        # call that ran is ALLOW (before_charge judges LLM calls only)
+        assert ctx.wrap_tool_call(lambda: report_usage(cost_usd=0.09),
+                                  WrapOptions(cost_estimate_hint=0.01)) == Decision.ALLOW
+    assert hook.admit(call(kind="tool")).usd == pytest.approx(0.09)
+
+
 def test_usd_window_holds_estimates_and_charges_actuals(coord: Coordinator) -> None:
     hook = BudgetWindowHook(scope="team", max_usd=0.10, window_s=60, coordinator=coord)
     calls = [call(team="ml", estimate=0.03) for _ in range(4)]
