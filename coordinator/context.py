@@ -532,10 +532,9 @@ class ExecutionContext:
                            metadata={"chain_id": self.chain_id, **metadata})
 
     def _mirror_pipeline_events(self, pipeline: ShieldPipeline) -> None:
-        events = pipeline.get_events()
-        for event in events[self._mirrored:]:
+        events, self._mirrored = pipeline.events_since(self._mirrored)
+        for event in events:
             self.record_event(event)
-        self._mirrored = len(events)
 
     # -- wrapping ------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ limits (the ExecutionContext specification, section 7)."""
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,13 +44,19 @@ class ShieldHook(Protocol):
     def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> None: ...
 
 
+MAX_EVENTS = 1000
+"""Events a pipeline keeps (the newest; the reference's cap). Contexts copy each event into
+their chain's log in Redis as it comes, so none is lost to the cap there."""
+
+
 class ShieldPipeline:
     """An ordered list of hooks. The first non-ALLOW decision wins and is recorded as a
     SafetyEvent (hooks may also record their own through :meth:`record`)."""
 
     def __init__(self, *hooks: Any) -> None:
         self.hooks = list(hooks)
-        self._events: list[SafetyEvent] = []
+        self._events: deque[SafetyEvent] = deque(maxlen=MAX_EVENTS)
+        self._recorded = 0  # events ever recorded: a position for events_since
         self._lock = threading.Lock()
 
     def add_hook(self, hook: Any) -> None:
@@ -58,11 +65,22 @@ class ShieldPipeline:
     def record(self, event: SafetyEvent) -> None:
         with self._lock:
             self._events.append(event)
+            self._recorded += 1
 
     def get_events(self) -> list[SafetyEvent]:
-        """Every event the pipeline recorded, oldest first."""
+        """The events the pipeline recorded, oldest first: the last MAX_EVENTS (1000)."""
         with self._lock:
             return list(self._events)
+
+    def events_since(self, position: int) -> tuple[list[SafetyEvent], int]:
+        """The events recorded after ``position`` (0: since the start; at most the
+        MAX_EVENTS kept) and the position after them, without copying the others."""
+        with self._lock:
+            new = min(self._recorded - position, len(self._events))
+            if new <= 0:
+                return [], self._recorded
+            n = len(self._events)
+            return [self._events[i] for i in range(n - new, n)], self._recorded
 
     def _consult(self, method: str, ctx: ToolCallContext, *args: Any) -> Decision:
         for hook in self.hooks:
