@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import InvalidConfigError
+from .errors import FrozenModelError, InvalidConfigError
 
 
 class _Frozen(BaseModel):
@@ -37,6 +37,14 @@ class _Frozen(BaseModel):
         except ValidationError as exc:
             problems = [dict(e) for e in exc.errors(include_url=False, include_context=False)]
             raise InvalidConfigError(type(self).__name__, problems) from None
+
+    # The specifications' models are frozen dataclasses, whose mutation raises
+    # dataclasses.FrozenInstanceError (an AttributeError): code written for them catches it.
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenModelError(type(self).__name__, name)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenModelError(type(self).__name__, name)
 
 
 class Decision(str, Enum):

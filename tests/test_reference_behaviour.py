@@ -4,6 +4,9 @@ AttributeError, chain-level stops recorded once per reason, manual cost propagat
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from coordinator import (
@@ -14,8 +17,11 @@ from coordinator import (
     ExecutionContext,
     SafetyEvent,
     ShieldPipeline,
+    TokenBudget,
     ToolCallContext,
+    WrapOptions,
 )
+from coordinator.errors import FrozenModelError
 from coordinator.pipeline import MAX_EVENTS
 
 
@@ -79,3 +85,31 @@ def test_a_context_mirrors_events_past_the_cap(coord: Coordinator) -> None:
     assert len(events) == MAX_EVENTS + 11
     assert [e.reason for e in events[-11:-1]] == [str(MAX_EVENTS + i) for i in range(10)]
     assert len(pipeline.get_events()) == MAX_EVENTS
+
+
+# -- 7. frozen models --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [
+    config(),
+    ChainMetadata(request_id="r", chain_id="c"),
+    WrapOptions(cost_estimate_hint=0.1),
+    event(1),
+    TokenBudget(total=10),
+])
+def test_mutating_a_frozen_model_raises_frozen_instance_error(model: Any) -> None:
+    """The specifications' dataclasses raise dataclasses.FrozenInstanceError (an
+    AttributeError); so do these models, and they stay unchanged."""
+    name = next(iter(type(model).model_fields))
+    before = model.model_dump()
+    with pytest.raises(dataclasses.FrozenInstanceError) as info:
+        setattr(model, name, None)
+    assert isinstance(info.value, AttributeError)
+    assert isinstance(info.value, FrozenModelError) and info.value.field == name
+    with pytest.raises(AttributeError):
+        delattr(model, name)
+    with pytest.raises(AttributeError):
+        model.not_a_field = 1
+    assert model.model_dump() == before
+    # copies with changes still work, as with dataclasses.replace
+    assert model.model_copy(update={name: getattr(model, name)}) == model

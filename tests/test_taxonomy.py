@@ -111,20 +111,22 @@ def test_probe_through_a_context_closes_or_reopens_the_breaker(coord: Coordinato
 
 def test_provider_rate_limit_when_the_window_halts(coord: Coordinator) -> None:
     pipe = ShieldPipeline()
-    BudgetWindowHook(scope="service", max_calls=2, window_s=60, pipeline=pipe)
+    BudgetWindowHook(scope="service", max_calls=3, window_s=60, degrade_at=0.5,
+                     pipeline=pipe)
     meta = ChainMetadata(request_id="req-1", chain_id="agent-1", service="search")
     ran = []
     with ExecutionContext(CONFIG, pipe, meta) as ctx:
-        got = [ctx.wrap_llm_call(lambda: ran.append(1)) for _ in range(3)]
-        # the second call is past 80% of 2: DEGRADE, which the context does not run
-        assert got == [Decision.ALLOW, Decision.DEGRADE, Decision.HALT]
-        assert ran == [1]
+        got = [ctx.wrap_llm_call(lambda: ran.append(1)) for _ in range(4)]
+        # the two calls before the third reach 50% of 3: DEGRADE, which the context does
+        # not run
+        assert got == [Decision.ALLOW, Decision.ALLOW, Decision.DEGRADE, Decision.HALT]
+        assert ran == [1, 1]
         [event] = _events(ctx, "provider_rate_limit")
         assert event.hook == "BudgetWindowHook" and event.decision == Decision.HALT
         assert event.request_id == "req-1"
         assert event.metadata["scope"] == "service"
         assert event.metadata["scope_value"] == "search"
-        assert "max_calls 2" in event.reason
+        assert "max_calls 3" in event.reason
         types = [e.event_type for e in ctx.get_snapshot().events]
         assert types == ["budget_window_degrade", "provider_rate_limit"]  # no generic copy
 
