@@ -723,7 +723,8 @@ class ExecutionContext:
     def _halt(self, kind: Literal["llm", "tool"], opts: WrapOptions, node_id: str,
               reason: str, detail: str, *, offline: bool = False,
               level: str | None = None) -> _Outcome:
-        """Record a refused call (event and node); the outcome is HALT."""
+        """Record a refused call: its node (with the reason) always, the chain-level
+        event once per reason per context (the reference's de-duplication); HALT."""
         meta: dict[str, Any] = {"node_id": node_id, "operation_name": opts.operation_name}
         if level is not None and level != self.chain_id:
             meta["stopped_at"] = level
@@ -735,8 +736,9 @@ class ExecutionContext:
         status = reason if reason in ("aborted", "timeout") else "halted"
         now = time.time()
         node = {"node_id": node_id, "kind": kind, "operation_name": opts.operation_name,
-                "start_ts": now, "end_ts": now, "status": status}
-        self._store.queue_event(self._path, event.model_dump_json())
+                "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
+                "stop_detail": detail or reason}
+        self._store.queue_stop_event(self._path, reason, event.model_dump_json())
         self._store.queue_node(self._path, json.dumps(node))
         self._coord.schedule_flush()
         return outcome

@@ -324,6 +324,11 @@ class NodeRecord(_Frozen):
     """Provider slug, if known."""
     model: str | None = None
     """Model, if known."""
+    stop_reason: str | None = None
+    """Why the call was refused before it ran (a stop reason such as ``budget_exceeded``),
+    for calls refused by a limit or a stop; the chain's events record each reason once."""
+    stop_detail: str = ""
+    """The refusal's detail (the limit and the amount that did not fit)."""
 
 
 class TokenTotals(_Frozen):

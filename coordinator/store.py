@@ -513,6 +513,15 @@ class Store:
         """Append a SafetyEvent to a context's event stream with the next round trip."""
         self._queue_append(self.ks.events(path.root, path.ctx_id), "e", event_json)
 
+    def queue_stop_event(self, path: Path, reason: str, event_json: str) -> None:
+        """Append a chain-level stop event to a context's event stream with the next round
+        trip, unless the context already recorded one for ``reason`` (event_once.lua)."""
+        op = _Op("event_once", [self.ks.ctx(path.root, path.ctx_id),
+                                self.ks.events(path.root, path.ctx_id)],
+                 [reason, event_json, EVENT_STREAM_CAP])
+        with self._lock:
+            self._pending.append(op)
+
     def queue_node(self, path: Path, node_json: str) -> None:
         """Append a node record to a context's node stream with the next round trip."""
         self._queue_append(self.ks.nodes(path.root, path.ctx_id), "n", node_json)

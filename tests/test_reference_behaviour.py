@@ -5,6 +5,7 @@ AttributeError, chain-level stops recorded once per reason, manual cost propagat
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
 from typing import Any
 
 import pytest
@@ -20,9 +21,13 @@ from coordinator import (
     TokenBudget,
     ToolCallContext,
     WrapOptions,
+    report_usage,
 )
 from coordinator.errors import FrozenModelError
 from coordinator.pipeline import MAX_EVENTS
+from tests.procs import TEST_KEYS
+
+SPAWN = mp.get_context("spawn")
 
 
 def config(**kw: object) -> ExecutionConfig:
@@ -113,3 +118,72 @@ def test_mutating_a_frozen_model_raises_frozen_instance_error(model: Any) -> Non
     assert model.model_dump() == before
     # copies with changes still work, as with dataclasses.replace
     assert model.model_copy(update={name: getattr(model, name)}) == model
+
+
+# -- 4. chain-level stops once per reason ------------------------------------------------
+
+
+def refused_call(url: str, token: str, barrier: Any, out: Any) -> None:
+    """One of ten processes making a call in a context that is already stopped."""
+    coord = Coordinator.from_url(url, token_keys=TEST_KEYS)
+    ctx = ExecutionContext.attach(token, coordinator=coord)
+    barrier.wait()
+    out.put(str(ctx.wrap_llm_call(lambda: None)))
+    ctx.detach()
+    coord.close()
+
+
+def _of(ctx: ExecutionContext, event_type: str) -> list[SafetyEvent]:
+    return [e for e in ctx.get_snapshot().events if e.event_type == event_type]
+
+
+def test_refusals_after_a_ceiling_add_nodes_not_events(coord: Coordinator) -> None:
+    with ExecutionContext(config(max_cost_usd=0.1)) as ctx:
+        assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.1)) == Decision.ALLOW
+        assert [ctx.wrap_llm_call(lambda: None) for _ in range(3)] == [Decision.HALT] * 3
+        assert len(_of(ctx, "budget_exceeded")) == 1  # the stop, recorded once
+        snap = ctx.get_snapshot()
+    refused = [n for n in snap.nodes if n.status == "halted"]
+    assert len(refused) == 3
+    assert {n.stop_reason for n in refused} == {"budget_exceeded"}
+    assert all(n.stop_detail for n in refused)
+
+
+def test_a_refusal_that_does_not_stop_is_recorded_once(coord: Coordinator) -> None:
+    with ExecutionContext(config(max_cost_usd=1.0)) as ctx:
+        too_big = WrapOptions(cost_estimate_hint=2.0)
+        assert [ctx.wrap_llm_call(lambda: None, too_big) for _ in range(3)] == [
+            Decision.HALT] * 3
+        [event] = _of(ctx, "budget_exceeded")
+        assert event.hook == "ExecutionContext" and "needs" in event.reason
+        snap = ctx.get_snapshot()
+        assert not snap.aborted
+        assert [n.stop_reason for n in snap.nodes] == ["budget_exceeded"] * 3
+        # a stop for another reason is recorded too, once
+        ctx.abort("enough")
+        assert [ctx.wrap_llm_call(lambda: None) for _ in range(2)] == [Decision.HALT] * 2
+        assert len(_of(ctx, "aborted")) == 1
+
+
+def test_ten_concurrent_refusals_record_one_stop_event(coord: Coordinator,
+                                                       redis_url: str) -> None:
+    root = ExecutionContext(config(max_cost_usd=0.1))
+    child = root.spawn_child()
+    assert child.wrap_llm_call(lambda: report_usage(cost_usd=0.1)) == Decision.ALLOW
+    barrier, out = SPAWN.Barrier(10), SPAWN.Queue()
+    procs = [SPAWN.Process(target=refused_call, args=(redis_url, child.token, barrier, out))
+             for _ in range(10)]
+    for p in procs:
+        p.start()
+    decisions = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert decisions == [str(Decision.HALT)] * 10
+    # the child reached the ceiling: one stop event each for the child and the root
+    assert len(_of(child, "budget_exceeded")) == 1
+    assert len(_of(root, "budget_exceeded")) == 1
+    refused = [n for n in child.get_snapshot().nodes if n.status == "halted"]
+    assert len(refused) == 10 and {n.stop_reason for n in refused} == {"budget_exceeded"}
+    child.close()
+    root.close()
