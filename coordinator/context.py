@@ -709,6 +709,10 @@ class ExecutionContext:
             decision = hook(call.tool_ctx)
             self._mirror_pipeline_events(self.pipeline)
             if decision != Decision.ALLOW:
+                if self.circuit_breaker is not None:
+                    # a probe a window hook took for this call (its lease is renewed
+                    # until released): the call never runs
+                    self.circuit_breaker.release()
                 return _Outcome(decision, reason="pipeline",
                                 detail=f"a pipeline hook returned {decision.value}")
         if self.circuit_breaker is not None:

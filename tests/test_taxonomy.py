@@ -21,6 +21,7 @@ from coordinator import (
     ExecutionContext,
     SafetyEvent,
     ShieldPipeline,
+    ToolCallContext,
     current_context,
 )
 from coordinator.breaker import BreakerState, CircuitBreaker
@@ -166,6 +167,29 @@ def test_window_halt_frees_a_probe_taken_in_the_same_round_trip(coord: Coordinat
     other = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
     assert other.check().allowed
     assert window.circuit_breaker is breaker
+
+
+class _Refuse:
+    def before_llm_call(self, ctx: ToolCallContext) -> Decision:
+        return Decision.HALT
+
+
+def test_a_later_hook_refusing_frees_a_probe_the_window_took(coord: Coordinator) -> None:
+    """The window ALLOWs and takes the probe in its round trip; the next hook refuses, so
+    the call never runs and the probe goes back at once (it is renewed while held)."""
+    breaker = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
+    pipe = ShieldPipeline()
+    BudgetWindowHook(scope="service", max_calls=100, window_s=60, circuit_breaker=breaker,
+                     pipeline=pipe)
+    pipe.add_hook(_Refuse())
+    meta = ChainMetadata(request_id="r", chain_id="c", service="search")
+    assert breaker.check().allowed
+    breaker.record_failure()
+    _wait_for(lambda: breaker.state == BreakerState.HALF_OPEN)
+    with ExecutionContext(CONFIG, pipe, meta, circuit_breaker=breaker) as ctx:
+        assert ctx.wrap_llm_call(lambda: "ok") == Decision.HALT
+    other = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
+    assert other.check().allowed
 
 
 # -- egress ------------------------------------------------------------------------------
