@@ -66,7 +66,12 @@ class TokenError(BudgetCoordinatorError, ValueError):
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-        super().__init__(f"context token rejected: {reason}")
+        # args holds the reason alone: an error rebuilt from its args (unpickled, or by a
+        # Celery result backend) does not repeat the prefix.
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        return f"context token rejected: {self.reason}"
 
 
 class TokenMalformedError(TokenError):
@@ -84,6 +89,7 @@ class TokenTooLargeError(TokenError):
         self.size = size
         self.cap = cap
         super().__init__(f"{size} bytes exceeds the {cap}-byte cap")
+        self.args = (size, cap)
 
 
 class TokenVersionError(TokenError):
