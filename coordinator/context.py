@@ -52,6 +52,7 @@ from .models import (
     SafetyEvent,
     TokenBudget,
     WrapOptions,
+    check_usd,
     validate_deadline,
 )
 from .pipeline import ShieldPipeline, ToolCallContext
@@ -517,6 +518,43 @@ class ExecutionContext:
         except UNAVAILABLE as exc:
             log.warning("abort of %s not yet durable (%s); retrying", self.chain_id, exc)
             self._coord.call_later(0.5, lambda: self._send_abort(reason))
+
+    # -- cost spent outside a wrapped call --------------------------------------------
+
+    def propagate_child_cost(self, cost_usd: float) -> None:
+        """Charge ``cost_usd`` spent outside a wrapped call (a bill that arrives later) to
+        this context and every ancestor, atomically, like a settle: a level that reaches
+        its ceiling is stopped (``budget_exceeded``), and everything below it halts. The
+        charge is recorded as a ``charge`` node of this context. Raises InvalidCostError
+        for an amount that is not a number from 0 to 1e9 (nothing is charged); when Redis
+        cannot be reached the charge is queued and sent when it answers (once)."""
+        try:
+            micro = usd_to_micro(check_usd(cost_usd, "cost_usd"))
+        except ValueError:
+            raise InvalidCostError("cost_usd", cost_usd) from None
+        if micro == 0:
+            return
+        charge_id = secrets.token_hex(16)
+        now = time.time()
+        node = {"node_id": charge_id, "kind": "charge", "start_ts": now, "end_ts": now,
+                "operation_name": "propagate_child_cost", "status": "ok",
+                "cost_usd": micro_to_usd(micro)}
+        try:
+            self._ensure_open()
+            stops = self._store.propagate(self._path, charge_id, ["usd", micro], node)
+        except UNAVAILABLE as exc:
+            log.warning("charge of %s to %s queued: Redis unavailable (%s)", cost_usd,
+                        self.chain_id, exc)
+            self._coord.schedule_flush()
+            return
+        if stops is None:
+            raise ContextNotFoundError(self.chain_id)
+        for stop in stops:
+            self._on_stop(stop.reason)
+
+    def _propagate_child_cost(self, cost_usd: float, _visited: object = None) -> None:
+        """The linking specification's name for :meth:`propagate_child_cost`."""
+        self.propagate_child_cost(cost_usd)
 
     # -- events --------------------------------------------------------------------------
 

@@ -291,7 +291,7 @@ class SafetyEvent(_Frozen):
     """Structured details (level, limit, observed value, ...)."""
 
 
-NodeKind = Literal["llm", "tool"]
+NodeKind = Literal["llm", "tool", "charge"]
 NodeStatus = Literal["ok", "halted", "aborted", "timeout", "error", "lost"]
 
 
@@ -303,7 +303,8 @@ class NodeRecord(_Frozen):
     parent_id: str | None = None
     """The node that was running in this process when this one started, if any."""
     kind: NodeKind
-    """``llm`` or ``tool``."""
+    """``llm`` or ``tool``; ``charge`` for a cost charged without a call
+    (``ExecutionContext.propagate_child_cost``)."""
     operation_name: str = ""
     """From ``WrapOptions.operation_name``."""
     start_ts: datetime

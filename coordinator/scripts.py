@@ -10,7 +10,7 @@ import redis
 from redis.commands.core import Script
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window", "event_once")
+                "breaker_check", "breaker_record", "window", "event_once", "propagate")
 
 
 def lua_dir() -> Path:

@@ -162,7 +162,10 @@ class Store:
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
         self._local = threading.local()
         self._wires: list[_Wire] = []
-        self._batches_in_flight = 0
+        # Batches of queued writes taken off the queue and not yet landed, by number: a
+        # read waits for those taken before it (read-your-writes).
+        self._batch_seq = 0
+        self._open_batches: set[int] = set()
         self._landed = threading.Condition()
         self._wires_pid = os.getpid()
         self._level_keys = functools.lru_cache(maxsize=4096)(self._compute_level_keys)
@@ -240,7 +243,9 @@ class Store:
                 wire.conn.disconnect()  # a half-read connection must not be reused as is
                 self._requeue(earlier)  # they may or may not have run: all idempotent
                 raise
-        self._acknowledge(earlier, acks)
+            # under the lock: a reader draining this wire finds them acknowledged (a
+            # failed one back in the queue) once it gets the lock
+            self._acknowledge(earlier, acks)
         return out
 
     def _send_behind(self, op: _Op) -> None:
@@ -271,7 +276,7 @@ class Store:
                     wire.conn.disconnect()
                     self._requeue(owed)
                     continue
-            self._acknowledge(owed, acks)
+                self._acknowledge(owed, acks)
 
     def _acknowledge(self, ops: Sequence[_Op], replies: Sequence[Any]) -> None:
         """Settle the bookkeeping of sent ops; failed ones go back to the queue (after a
@@ -295,35 +300,61 @@ class Store:
             local.wire = _Wire(self.client.connection_pool.make_connection())
             local.pid = os.getpid()
             with self._lock:
-                if self._wires_pid != os.getpid():  # forked: the parent's are not ours
-                    self._wires, self._wires_pid = [], os.getpid()
+                self._forget_parent_locked()
                 self._wires.append(local.wire)
         wire: _Wire = local.wire
         return wire
 
+    def _forget_parent_locked(self) -> None:
+        """In a forked child, the parent's connections and batches are not ours (called
+        with ``_lock`` held)."""
+        if self._wires_pid != os.getpid():
+            self._wires, self._wires_pid = [], os.getpid()
+            self._open_batches.clear()
+
     def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
                     ) -> list[Any]:
         """Run every queued write, then ``ops``, then ``reads``, in one round trip.
-        Returns the results after the queued writes'."""
+        Returns the results after the queued writes'. ``reads`` see every write this
+        process made before the call (read-your-writes)."""
         if reads is not None:
-            # reads go over another connection: make this thread's writes land first
-            self._drain([self._wire()])
-        pending = self._take_pending()
-        if pending:
-            with self._landed:
-                self._batches_in_flight += 1
+            # reads go over another connection: make this process's writes land first
+            self._await_earlier_writes()
+        pending, batch = self._take_pending()
         try:
-            results = self._execute([*pending, *ops], reads)
-        except redis.RedisError:
-            self._requeue(pending)
-            raise
+            try:
+                results = self._execute([*pending, *ops], reads)
+            except redis.RedisError:
+                self._requeue(pending)
+                raise
+            self._acknowledge(pending, results[: len(pending)])
         finally:
-            if pending:
+            if batch:
+                with self._lock:
+                    self._open_batches.discard(batch)
                 with self._landed:
-                    self._batches_in_flight -= 1
                     self._landed.notify_all()
-        self._acknowledge(pending, results[: len(pending)])
         return results[len(pending):]
+
+    def _await_earlier_writes(self, timeout: float = 10.0) -> None:
+        """Wait until every write this process made so far has landed: the replies owed on
+        every connection of the process are read (write-behind sends), and the batches of
+        queued writes that another thread (the flusher) took off the queue are sent. What
+        failed is back in the queue, which the caller sends next."""
+        with self._lock:
+            self._forget_parent_locked()
+            wires = list(self._wires)
+            mark = self._batch_seq
+        self._drain(wires)
+        end = time.monotonic() + timeout
+        with self._landed:
+            while True:
+                with self._lock:
+                    earlier = any(b <= mark for b in self._open_batches)
+                left = end - time.monotonic()
+                if not earlier or left <= 0:
+                    return
+                self._landed.wait(left)
 
     def _run(self, op: _Op) -> Any:
         result = self._round_trip([op])[0]
@@ -331,10 +362,16 @@ class Store:
             raise result
         return result
 
-    def _take_pending(self) -> list[_Op]:
+    def _take_pending(self) -> tuple[list[_Op], int]:
+        """The queued writes and the number of their batch (0 when there are none),
+        registered as in flight in the same step."""
         with self._lock:
             ops, self._pending = self._pending, []
-        return ops
+            if not ops:
+                return ops, 0
+            self._batch_seq += 1
+            self._open_batches.add(self._batch_seq)
+            return ops, self._batch_seq
 
     def _requeue(self, ops: list[_Op]) -> None:
         if ops:
@@ -343,14 +380,11 @@ class Store:
 
     def flush(self) -> None:
         """Make every write-behind op land: read the replies owed on every connection,
-        then send what is queued. Raises if Redis is unreachable; the writes stay queued."""
-        with self._lock:
-            wires = list(self._wires) if self._wires_pid == os.getpid() else []
-        self._drain(wires)
+        wait for the queued writes another thread is sending, then send what is queued.
+        Raises if Redis is unreachable; the writes stay queued."""
+        self._await_earlier_writes()
         if self._pending:
             self._round_trip([])
-        with self._landed:  # queued writes another thread is sending right now
-            self._landed.wait_for(lambda: self._batches_in_flight == 0, timeout=10)
 
     # -- operations ----------------------------------------------------------------------
 
@@ -493,6 +527,28 @@ class Store:
             return []
         res = self._run(op)
         self._inflight.pop(res_id, None)
+        return [Stop(path.ids[int(res[i]) - 1], str(res[i + 1]), str(res[i + 2]))
+                for i in range(1, len(res), 3)]
+
+    def propagate(self, path: Path, charge_id: str, amounts: Sequence[str | int],
+                  node: dict[str, Any]) -> list[Stop] | None:
+        """Charge ``amounts`` to every level of ``path`` at once, like a settle with nothing
+        held (propagate.lua); idempotent per ``charge_id``. Returns the levels it stopped,
+        or None when a level does not exist. When Redis cannot be reached the charge is
+        queued (the flusher resends it) and the error raised."""
+        keys = [self.ks.done(path.root), self.ks.nodes(path.root, path.ctx_id),
+                self.ks.ledger(path.root), *self._level_keys(path)]
+        op = _Op("propagate", keys, [charge_id, ",".join(path.ids), self.ks.abort_channel,
+                                     self.ks.ledger_channel, json.dumps(node),
+                                     NODE_STREAM_CAP, *amounts])
+        try:
+            res = self._run(op)
+        except UNAVAILABLE:
+            with self._lock:  # spend is never lost: sent again with the next round trip
+                self._pending.append(op)
+            raise
+        if int(res[0]) == -1:
+            return None
         return [Stop(path.ids[int(res[i]) - 1], str(res[i + 1]), str(res[i + 2]))
                 for i in range(1, len(res), 3)]
 
