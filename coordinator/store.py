@@ -312,21 +312,33 @@ class Store:
             self._wires, self._wires_pid = [], os.getpid()
             self._open_batches.clear()
 
-    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
-                    ) -> list[Any]:
+    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None,
+                    *, after_earlier: bool = False) -> list[Any]:
         """Run every queued write, then ``ops``, then ``reads``, in one round trip.
-        Returns the results after the queued writes'. ``reads`` see every write this
-        process made before the call (read-your-writes)."""
-        if reads is not None:
-            # reads go over another connection: make this process's writes land first
-            self._await_earlier_writes()
-        pending, batch = self._take_pending()
+        Returns the results after the queued writes'. With ``reads`` (or
+        ``after_earlier``), every write this process made before the call has landed
+        first (read-your-writes): the replies owed on each of its connections are read,
+        and the batches of queued writes that other threads (the flusher) took off the
+        queue before this one took its own are sent."""
+        after_earlier = after_earlier or reads is not None
+        if after_earlier:
+            with self._lock:
+                self._forget_parent_locked()
+                wires = list(self._wires)
+            self._drain(wires)
+        pending, batch, taken_at = self._take_pending()
         try:
+            if after_earlier:
+                self._await_batches(taken_at, batch)
+            if not pending and not ops and reads is None:
+                return []
             try:
                 results = self._execute([*pending, *ops], reads)
             except redis.RedisError:
                 self._requeue(pending)
                 raise
+            # acknowledged before the batch counts as landed: a failed op is back in the
+            # queue by then, for the next reader to send
             self._acknowledge(pending, results[: len(pending)])
         finally:
             if batch:
@@ -336,21 +348,14 @@ class Store:
                     self._landed.notify_all()
         return results[len(pending):]
 
-    def _await_earlier_writes(self, timeout: float = 10.0) -> None:
-        """Wait until every write this process made so far has landed: the replies owed on
-        every connection of the process are read (write-behind sends), and the batches of
-        queued writes that another thread (the flusher) took off the queue are sent. What
-        failed is back in the queue, which the caller sends next."""
-        with self._lock:
-            self._forget_parent_locked()
-            wires = list(self._wires)
-            mark = self._batch_seq
-        self._drain(wires)
+    def _await_batches(self, upto: int, own: int, timeout: float = 10.0) -> None:
+        """Wait until the batches numbered up to ``upto`` (except ``own``) have landed.
+        A batch's sender never waits for a later batch, so this cannot deadlock."""
         end = time.monotonic() + timeout
         with self._landed:
             while True:
                 with self._lock:
-                    earlier = any(b <= mark for b in self._open_batches)
+                    earlier = any(b <= upto and b != own for b in self._open_batches)
                 left = end - time.monotonic()
                 if not earlier or left <= 0:
                     return
@@ -362,16 +367,16 @@ class Store:
             raise result
         return result
 
-    def _take_pending(self) -> tuple[list[_Op], int]:
-        """The queued writes and the number of their batch (0 when there are none),
-        registered as in flight in the same step."""
+    def _take_pending(self) -> tuple[list[_Op], int, int]:
+        """The queued writes, the number of their batch (0 when there are none),
+        registered as in flight in the same step, and the last batch number taken."""
         with self._lock:
+            self._forget_parent_locked()
             ops, self._pending = self._pending, []
-            if not ops:
-                return ops, 0
-            self._batch_seq += 1
-            self._open_batches.add(self._batch_seq)
-            return ops, self._batch_seq
+            if ops:
+                self._batch_seq += 1
+                self._open_batches.add(self._batch_seq)
+            return ops, self._batch_seq if ops else 0, self._batch_seq
 
     def _requeue(self, ops: list[_Op]) -> None:
         if ops:
@@ -380,11 +385,9 @@ class Store:
 
     def flush(self) -> None:
         """Make every write-behind op land: read the replies owed on every connection,
-        wait for the queued writes another thread is sending, then send what is queued.
+        wait for the queued writes other threads are sending, and send what is queued.
         Raises if Redis is unreachable; the writes stay queued."""
-        self._await_earlier_writes()
-        if self._pending:
-            self._round_trip([])
+        self._round_trip([], after_earlier=True)
 
     # -- operations ----------------------------------------------------------------------
 

@@ -84,6 +84,12 @@ def hold_probe(url: str, lease_s: float, ready: Any, go: Any, done: Any) -> None
     coord.close()
 
 
+def _stored_state(coord: Coordinator, b: CircuitBreaker) -> str:
+    """The state as last written (an OPEN breaker's recovery timeout may pass before a
+    busy test machine reads ``state``, which then says HALF_OPEN)."""
+    return str(coord.client.hget(b.key, "state") or "CLOSED")
+
+
 def _half_open(coord: Coordinator, lease_s: float) -> CircuitBreaker:
     """A breaker opened by one failure and HALF_OPEN now (its recovery timeout: 0.2 s)."""
     b = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.2,
@@ -100,19 +106,19 @@ def _half_open(coord: Coordinator, lease_s: float) -> CircuitBreaker:
 def test_a_probe_running_longer_than_the_recovery_timeout_keeps_it(coord: Coordinator) -> None:
     """The probe is held until its holder reports (its lease is renewed meanwhile): no
     second caller gets through, and the probe's late failure opens the breaker again."""
-    b = _half_open(coord, lease_s=0.2)
+    b = _half_open(coord, lease_s=1.0)  # renewed every 1/3 s
     other = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.2,
-                           probe_lease_s=0.2, coordinator=coord)
-    assert b.check().allowed  # the probe, for a call that runs 5 leases long
+                           probe_lease_s=1.0, coordinator=coord)
+    assert b.check().allowed  # the probe, for a call 15 recovery timeouts, 3 leases long
     for _ in range(10):
-        time.sleep(0.1)
+        time.sleep(0.3)
         refused = other.check()
         assert not refused.allowed and "HALF_OPEN" in refused.reason
     b.record_failure()
-    assert b.state == BreakerState.OPEN
+    assert _stored_state(coord, b) == "OPEN"
     _wait_for(lambda: b.state == BreakerState.HALF_OPEN)
-    assert other.check().allowed  # a new probe, 1 s long, that succeeds
-    time.sleep(1.0)
+    assert other.check().allowed  # a new probe, 3 s long, that succeeds
+    time.sleep(3.0)
     assert not b.check().allowed
     other.record_success()
     assert b.state == BreakerState.CLOSED
@@ -120,12 +126,12 @@ def test_a_probe_running_longer_than_the_recovery_timeout_keeps_it(coord: Coordi
 
 def test_a_killed_probe_holder_frees_the_probe_after_its_lease(
         coord: Coordinator, redis_url: str) -> None:
-    b = _half_open(coord, lease_s=0.3)
+    b = _half_open(coord, lease_s=1.0)
     ready, go, done = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
-    p = SPAWN.Process(target=hold_probe, args=(redis_url, 0.3, ready, go, done))
+    p = SPAWN.Process(target=hold_probe, args=(redis_url, 1.0, ready, go, done))
     p.start()
     assert ready.wait(60)
-    time.sleep(1.2)  # four leases: the holder's process renews its lease
+    time.sleep(3.0)  # three leases: the holder's process renews its lease
     assert not b.check().allowed
     p.kill()  # SIGKILL: nobody renews the lease any more
     p.join(30)
@@ -152,9 +158,9 @@ def test_a_lapsed_probes_failure_still_counts(coord: Coordinator, redis_url: str
     assert done.wait(60)
     p.join(30)
     assert p.exitcode == 0
-    assert b.state == BreakerState.OPEN  # the paused probe failed: OPEN again
+    assert _stored_state(coord, b) == "OPEN"  # the paused probe failed: OPEN again
     b.record_success()  # our probe's success arrives after that: it changes nothing
-    assert b.state == BreakerState.OPEN
+    assert _stored_state(coord, b) == "OPEN"
 
 
 def test_four_processes_see_it_open_together_and_exactly_one_probe(redis_url: str) -> None:
