@@ -526,8 +526,9 @@ class ExecutionContext:
         this context and every ancestor, atomically, like a settle: a level that reaches
         its ceiling is stopped (``budget_exceeded``), and everything below it halts. The
         charge is recorded as a ``charge`` node of this context. Raises InvalidCostError
-        for an amount that is not a number from 0 to 1e9 (nothing is charged); when Redis
-        cannot be reached the charge is queued and sent when it answers (once)."""
+        for an amount that is not a number from 0 to 1e9 (nothing is charged). When Redis
+        cannot be reached the charge is queued and sent when it answers (once); a context
+        that could not be opened yet raises BackendUnavailableError instead."""
         try:
             micro = usd_to_micro(check_usd(cost_usd, "cost_usd"))
         except ValueError:
@@ -541,6 +542,9 @@ class ExecutionContext:
                 "cost_usd": micro_to_usd(micro)}
         try:
             self._ensure_open()
+        except UNAVAILABLE as exc:  # no context in Redis to queue the charge for
+            raise BackendUnavailableError("propagate_child_cost", exc) from exc
+        try:
             stops = self._store.propagate(self._path, charge_id, ["usd", micro], node)
         except UNAVAILABLE as exc:
             log.warning("charge of %s to %s queued: Redis unavailable (%s)", cost_usd,

@@ -312,15 +312,19 @@ class Store:
             self._wires, self._wires_pid = [], os.getpid()
             self._open_batches.clear()
 
-    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None,
-                    *, after_earlier: bool = False) -> list[Any]:
+    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
+                    ) -> list[Any]:
         """Run every queued write, then ``ops``, then ``reads``, in one round trip.
-        Returns the results after the queued writes'. With ``reads`` (or
-        ``after_earlier``), every write this process made before the call has landed
-        first (read-your-writes): the replies owed on each of its connections are read,
-        and the batches of queued writes that other threads (the flusher) took off the
-        queue before this one took its own are sent."""
-        after_earlier = after_earlier or reads is not None
+        Returns the results after the queued writes'. ``reads`` see every write this
+        process made before the call (read-your-writes)."""
+        return self._send_queued(ops, reads, after_earlier=reads is not None)
+
+    def _send_queued(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None, *,
+                     after_earlier: bool) -> list[Any]:
+        """:meth:`_round_trip`; with ``after_earlier``, every write this process made
+        before the call lands first: the replies owed on each of its connections are
+        read, and the batches of queued writes that other threads (the flusher) took off
+        the queue before this call took its own are sent."""
         if after_earlier:
             with self._lock:
                 self._forget_parent_locked()
@@ -387,7 +391,7 @@ class Store:
         """Make every write-behind op land: read the replies owed on every connection,
         wait for the queued writes other threads are sending, and send what is queued.
         Raises if Redis is unreachable; the writes stay queued."""
-        self._round_trip([], after_earlier=True)
+        self._send_queued([], None, after_earlier=True)
 
     # -- operations ----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from coordinator import (
     report_usage,
 )
 from coordinator.embedded import RedisServer
+from coordinator.errors import BackendUnavailableError
 from tests.invariants import check_tree
 
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=5)
@@ -115,6 +116,13 @@ def test_a_propagated_cost_survives_redis_being_down_and_counts_once(
         for _ in range(2):
             assert coord.store.propagate(ctx._path, "c1", ["usd", 50_000], node) == []
         assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(0.25)
+        # a context not opened yet has nowhere to queue the charge: a typed error
+        own_redis.stop()
+        unopened = ExecutionContext(CONFIG, coordinator=coord)
+        with pytest.raises(BackendUnavailableError):
+            unopened.propagate_child_cost(0.10)
+        own_redis.start()
+        unopened.close()
         ctx.close()
         check_tree(coord.client, ctx.chain_id)
     finally:
