@@ -16,6 +16,7 @@ from coordinator import (
 )
 from coordinator.embedded import RedisServer
 from coordinator.errors import BackendUnavailableError
+from coordinator.store.charges import propagate
 from tests.invariants import check_tree
 
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=5)
@@ -114,7 +115,7 @@ def test_a_propagated_cost_survives_redis_being_down_and_counts_once(
         node = {"node_id": "c1", "kind": "charge", "start_ts": 0, "end_ts": 0,
                 "status": "ok", "cost_usd": 0.05}
         for _ in range(2):
-            assert coord.store.propagate(ctx._path, "c1", ["usd", 50_000], node) == []
+            assert propagate(coord.store, ctx._path, "c1", ["usd", 50_000], node) == []
         assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(0.25)
         # a context not opened yet has nowhere to queue the charge: a typed error
         own_redis.stop()

@@ -28,8 +28,8 @@ from coordinator import (
     report_usage,
 )
 from coordinator.errors import FrozenModelError, InvalidCostError
-from coordinator.pipeline import MAX_EVENTS
-from coordinator.windows import BudgetWindowHook
+from coordinator.shield.pipeline import MAX_EVENTS
+from coordinator.shield.windows import BudgetWindowHook
 from tests.invariants import check_tree
 from tests.procs import TEST_KEYS
 

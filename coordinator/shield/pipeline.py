@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .models import Decision, SafetyEvent
+from ..models import Decision, SafetyEvent
 
 
 @dataclass(frozen=True)

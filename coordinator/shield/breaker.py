@@ -12,12 +12,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .coordinator import Coordinator
-from .errors import InvalidConfigError
-from .models import MAX_COUNT, in_range
+from ..errors import InvalidConfigError
+from ..models import MAX_COUNT, in_range
+from ..runtime.coordinator import Coordinator
+from ..store.errors import UNAVAILABLE
+from ..store.shield_scripts import (
+    BreakerCheck,
+    BreakerMode,
+    ScriptCall,
+    ShieldScripts,
+    breaker_check_call,
+)
 from .policy import PolicyContext, PolicyDecision
-from .shield_scripts import ScriptCall, ShieldScripts
-from .store import UNAVAILABLE
 
 log = logging.getLogger("coordinator")
 
@@ -137,38 +143,37 @@ class CircuitBreaker:
             return prefetched
         holder = uuid.uuid4().hex
         try:
-            raw = self.scripts.run([self.check_call(holder)])[0]
+            reply: BreakerCheck = self.scripts.run([self.check_call(holder)])[0]
         except UNAVAILABLE as exc:
             self._ticket.set(None)
             return PolicyDecision(False, f"circuit breaker {self.name!r}: Redis unavailable "
                                          f"({exc})")
-        return self.accept(holder, raw)
+        return self.accept(holder, reply)
 
     def check_call(self, holder: str) -> ScriptCall:
         """The script call of a check taking the probe for ``holder`` (to share a round
         trip; pass its result to :meth:`accept`)."""
         return self._check_call("check", holder)
 
-    def _check_call(self, mode: str, holder: str) -> ScriptCall:
-        return ScriptCall("breaker_check", [self.key],
-                          [mode, self._recovery_ms, holder, IDLE_TTL_MS + self._recovery_ms,
-                           self._lease_ms])
+    def _check_call(self, mode: BreakerMode, holder: str) -> ScriptCall:
+        return breaker_check_call(self.key, mode, holder, recovery_ms=self._recovery_ms,
+                                  ttl_ms=IDLE_TTL_MS + self._recovery_ms,
+                                  lease_ms=self._lease_ms)
 
-    def accept(self, holder: str, raw: list[Any]) -> PolicyDecision:
-        """Turn a check's script result into the decision, remembering a probe taken
+    def accept(self, holder: str, reply: BreakerCheck) -> PolicyDecision:
+        """Turn a check's script reply into the decision, remembering a probe taken
         (and renewing its lease until it is resolved)."""
-        allowed, state, failures, took_probe, wait_ms = raw
-        self._ticket.set(_Ticket(holder if int(took_probe) else None, int(failures)))
-        if int(took_probe):
+        self._ticket.set(_Ticket(holder if reply.took_probe else None, reply.failures))
+        if reply.took_probe:
             with self._held_lock:
                 self._held.add(holder)
             self._schedule_renewal(holder)
-        if int(allowed):
-            reason = "half-open probe" if int(took_probe) else ""
+        if reply.allowed:
+            reason = "half-open probe" if reply.took_probe else ""
             return PolicyDecision(True, reason)
-        if state == BreakerState.OPEN.value:
-            reason = (f"circuit breaker {self.name!r} is OPEN ({failures} consecutive "
-                      f"failures); retry in {int(wait_ms)} ms")
+        if reply.state == BreakerState.OPEN.value:
+            reason = (f"circuit breaker {self.name!r} is OPEN ({reply.failures} consecutive "
+                      f"failures); retry in {reply.wait_ms} ms")
         else:
             reason = (f"circuit breaker {self.name!r} is HALF_OPEN and its probe call is "
                       f"in flight elsewhere")
@@ -219,11 +224,12 @@ class CircuitBreaker:
             if holder not in self._held:
                 return
         try:
-            held = int(self.scripts.run([self._check_call("renew", holder)])[0][0])
+            reply: BreakerCheck = self.scripts.run([self._check_call("renew", holder)])[0]
+            held = reply.holds_probe
         except UNAVAILABLE as exc:
             log.warning("circuit breaker %r: could not renew the probe's lease (%s)",
                         self.name, exc)
-            held = 1  # try again: the probe is still ours until its lease runs out
+            held = True  # try again: the probe is still ours until its lease runs out
         if not held:  # resolved meanwhile, or its lease lapsed: nothing left to renew
             with self._held_lock:
                 self._held.discard(holder)
@@ -246,16 +252,17 @@ class CircuitBreaker:
 
     # -- state ---------------------------------------------------------------------------
 
-    def _peek(self) -> list[Any]:
-        return list(self.scripts.run([self._check_call("peek", "")])[0])
+    def _peek(self) -> BreakerCheck:
+        reply: BreakerCheck = self.scripts.run([self._check_call("peek", "")])[0]
+        return reply
 
     @property
     def state(self) -> BreakerState:
         """The state now, as every process sees it (HALF_OPEN once the recovery timeout
         has passed, before anyone took the probe)."""
-        return BreakerState(self._peek()[1])
+        return BreakerState(self._peek().state)
 
     @property
     def failure_count(self) -> int:
         """Consecutive failures recorded since the breaker last closed."""
-        return int(self._peek()[2])
+        return self._peek().failures
