@@ -1,5 +1,9 @@
 -- lib.lua: helpers shared by the scripts. coordinator/store/scripts.py prepends this file to
 -- every other script before registering it, so each script stays one atomic EVALSHA.
+-- Before it comes a prelude of constants defined once in Python
+-- (coordinator/core/script_constants.py): HOOK, the hook name of the SafetyEvents the
+-- scripts write, and EVENT_STREAM_CAP, the approximate MAXLEN of the event and ledger
+-- streams.
 --
 -- Context hash fields used here:
 --   status  running | stopped | closed      reason, detail, stopped_ms
@@ -36,6 +40,16 @@ local function checked(values, i, field, default)
   return n
 end
 
+-- The reservation record kept in bc:{R}:res for each open reservation (decoded in Python
+-- by coordinator/store/records.py, ReservationRecord): c = the context id that reserved,
+-- p = the path ids root first, d = the held amounts {dim, amount, ...}, k = 1 when the
+-- reservation id is a keyed call id. Short keys: every reservation writes one.
+local function new_reservation(ids, held, keyed)
+  local rec = {c = ids[#ids], p = ids, d = held}
+  if keyed then rec.k = 1 end
+  return rec
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -49,24 +63,33 @@ local function reason_for(dim)
   return REASONS[dim] or 'token_budget_exceeded'
 end
 
+-- An amount of dimension d as a person reads it: usd (micro-USD) in dollars ($0.021203,
+-- $0.60), every other dimension as the integer it is. Used in stop and refusal details,
+-- which SafetyEvents and budgetctl show.
+local function amount_text(d, n)
+  if d ~= 'usd' then return tostring(n) end
+  local s = string.format('%.6f', n / 1000000)
+  return '$' .. (string.gsub(s, '(%.%d%d%d-)0+$', '%1'))
+end
+
 local function split(csv)
   local out = {}
   for part in string.gmatch(csv, '[^,]+') do out[#out + 1] = part end
   return out
 end
 
--- Marks a running context stopped, appends the SafetyEvent to its event stream and
--- broadcasts the stop. Returns true if this call stopped it. The channel is a pub/sub
--- channel, not a key.
+-- Marks a running context stopped, appends the SafetyEvent to its event stream (marking
+-- the reason recorded: ev:<reason>, see event_once.lua) and broadcasts the stop. Returns
+-- true if this call stopped it. The channel is a pub/sub channel, not a key.
 local function stop_level(key, events_key, id, root, channel, reason, detail, now)
   local v = redis.call('HMGET', key, 'status', 'request_id')
   if v[1] ~= 'running' then return false end
   redis.call('HSET', key, 'status', 'stopped', 'reason', reason, 'detail', detail,
-             'stopped_ms', now)
+             'stopped_ms', now, 'ev:' .. reason, 1)
   local event = cjson.encode({event_type = reason, decision = 'HALT', reason = detail,
-                              hook = 'ExecutionContext', request_id = v[2], ts = now,
+                              hook = HOOK, request_id = v[2], ts = now,
                               metadata = {chain_id = id}})
-  redis.call('XADD', events_key, 'MAXLEN', '~', 10000, '*', 'e', event)
+  redis.call('XADD', events_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
   redis.call('PUBLISH', channel, cjson.encode({root = root, id = id, reason = reason}))
   return true
 end
@@ -115,7 +138,7 @@ local function ledger_update(rec, totals, dused, caller_used, now, ledger_key, l
                 ',"root":' .. cjson.encode(rec.p[1]) .. ',"delta":{' ..
                 table.concat(delta, ',') .. '},"totals":{' .. table.concat(after, ',') ..
                 '},"ts":' .. now .. '}'
-  redis.call('XADD', ledger_key, 'MAXLEN', '~', 10000, '*', 'e', event)
+  redis.call('XADD', ledger_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
   redis.call('PUBLISH', ledger_channel, event)
 end
 
@@ -184,8 +207,8 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
         set[#set + 1] = fields[3 * j - 1]
         set[#set + 1] = used[d]
         if hit == nil and limit and used[d] >= limit then
-          hit = {reason_for(d),
-                 'dimension ' .. d .. ' at ' .. used[d] .. ' reached its limit ' .. limit}
+          hit = {reason_for(d), 'dimension ' .. d .. ' at ' .. amount_text(d, used[d]) ..
+                 ' reached its limit ' .. amount_text(d, limit)}
         end
       end
     end
@@ -254,7 +277,7 @@ local function orphan_event(id, ids, charged, amounts, now, ledger_key, ledger_c
   for i = 1, #amounts, 2 do flat[amounts[i]] = tonumber(amounts[i + 1]) end
   local event = cjson.encode({type = 'SettleOrphaned', reservation_id = id,
                               path = ids or {}, charged = charged, amounts = flat, ts = now})
-  redis.call('XADD', ledger_key, 'MAXLEN', '~', 10000, '*', 'e', event)
+  redis.call('XADD', ledger_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
   redis.call('PUBLISH', ledger_channel, event)
 end
 
@@ -292,7 +315,7 @@ local function close_reservation(outcome, step, retry, amounts_from)
       if fresh then redis.call('EXPIRE', KEYS[4], ORPHAN_RECORD_KEEP_S) end
       return {5}
     end
-    rec, code = {c = ids[#ids], p = ids, d = {}}, 4
+    rec, code = new_reservation(ids, {}, false), 4
   end
   local ok, stopped = finish(rec, first, amounts, step, retry, ARGV[2], now, KEYS[4], ARGV[5])
   if not ok then code = 3 else

@@ -22,9 +22,11 @@ from coordinator import (
     report_usage,
 )
 from coordinator.cli import main
+from coordinator.core.paths import Path
 from coordinator.embedded import RedisServer
 from coordinator.errors import ContextExistsError, ContextNotFoundError
-from coordinator.store.tree import Path, Store
+from coordinator.store.tree import Opened, OpenRefused
+from coordinator.store.wire import Wire
 from tests.invariants import check_tree
 from tests.procs import TEST_KEYS
 
@@ -212,10 +214,10 @@ def test_a_retried_open_whose_first_attempt_went_through_still_opens(
         coord: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
     """The open lands but its reply is lost: the handle opens later, in the context its
     first attempt created (open says 'exists'; the locator already points to its tree)."""
-    real = Store._round_trip
+    real = Wire.round_trip
     lost: list[int] = []
 
-    def lose_first_reply(self: Store, ops: Any, reads: Any = None) -> list[Any]:
+    def lose_first_reply(self: Wire, ops: Any, reads: Any = None) -> list[Any]:
         results = real(self, ops, reads)
         if not lost and any(op.kind == "open" for op in ops):
             lost.append(1)
@@ -223,7 +225,7 @@ def test_a_retried_open_whose_first_attempt_went_through_still_opens(
         return results
 
     root = ExecutionContext(CFG, metadata=meta("retried"), coordinator=coord)
-    monkeypatch.setattr(Store, "_round_trip", lose_first_reply)
+    monkeypatch.setattr(Wire, "round_trip", lose_first_reply)
     for opener in (lambda: ExecutionContext(CFG, metadata=meta("retried-root"),
                                             coordinator=coord),
                    lambda: root.spawn_child(metadata=meta("retried-kid"))):
@@ -265,7 +267,7 @@ def test_a_redelivered_task_rejoins_its_context(coord: Coordinator,
 def test_an_open_refused_for_a_missing_ancestor_keeps_no_locator(coord: Coordinator,
                                                                  coord2: Coordinator) -> None:
     root = ExecutionContext(CFG, metadata=meta("has-no-ghost"), coordinator=coord)
-    ghost = coord.codec.encode(root="has-no-ghost", path=("has-no-ghost", "ghost"),
+    ghost = coord.token_codec().encode(root="has-no-ghost", path=("has-no-ghost", "ghost"),
                                tenant=coord.tenant, ttl_s=60, now=coord.redis_now_ms() / 1000)
     with pytest.raises(ContextNotFoundError):
         ExecutionContext.spawn_from_token(ghost, coord, metadata=meta("orphan"))
@@ -374,7 +376,7 @@ def test_the_refusal_works_under_the_documented_acl() -> None:
             other = ExecutionContext(CFG, metadata=meta("acl-b"), coordinator=c)
             with pytest.raises(ContextExistsError):
                 other.spawn_child(metadata=meta("acl-a"))
-            ghost = c.codec.encode(root="acl-a", path=("acl-a", "ghost"), tenant=c.tenant,
+            ghost = c.token_codec().encode(root="acl-a", path=("acl-a", "ghost"), tenant=c.tenant,
                                    ttl_s=60, now=c.redis_now_ms() / 1000)
             with pytest.raises(ContextNotFoundError):
                 ExecutionContext.spawn_from_token(ghost, c, metadata=meta("acl-orphan"))
@@ -390,15 +392,16 @@ def test_open_refusals_through_the_store(coord: Coordinator) -> None:
     store = coord.store
     kw: dict[str, Any] = dict(request_id="r", meta_json="{}", config_json="{}",
                               timeout_ms=0, deadline_ms=0, triples=[])
-    assert not isinstance(store.open(Path("t1", ("t1",)), **kw), str)
-    assert not isinstance(store.open(Path("t1", ("t1", "x")), **kw), str)
-    assert store.open(Path("t2", ("t2",)), **kw) != "exists"
-    assert store.open(Path("t2", ("t2", "x")), **kw) == "exists"
-    assert store.open(Path("x", ("x",)), **kw) == "exists"
-    assert store.open(Path("t1", ("t1", "x")), **kw) == "exists"  # same tree: as before
-    assert store.open(Path("t2", ("t2", "nope", "y")), **kw) == "missing:nope"
+    assert isinstance(store.open(Path("t1", ("t1",)), **kw), Opened)
+    assert isinstance(store.open(Path("t1", ("t1", "x")), **kw), Opened)
+    assert store.open(Path("t2", ("t2",)), **kw) != OpenRefused("exists")
+    assert store.open(Path("t2", ("t2", "x")), **kw) == OpenRefused("exists")
+    assert store.open(Path("x", ("x",)), **kw) == OpenRefused("exists")
+    # same tree: as before
+    assert store.open(Path("t1", ("t1", "x")), **kw) == OpenRefused("exists")
+    assert store.open(Path("t2", ("t2", "nope", "y")), **kw) == OpenRefused("missing", "nope")
     assert coord.views.locate("y") is None
-    assert store.open(Path("t2", ("t2", "nope", "x")), **kw) == "missing:nope"
+    assert store.open(Path("t2", ("t2", "nope", "x")), **kw) == OpenRefused("missing", "nope")
     assert coord.views.locate("x") == "t1"
     assert coord.views.active_roots() == ["t1", "t2"]
 

@@ -13,7 +13,7 @@ import redis
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, report_usage
 from coordinator.core.keys import KeySpace
-from coordinator.store.retention import gc
+from coordinator.store.gc import gc
 from tests import procs
 
 SPAWN = mp.get_context("spawn")
@@ -82,12 +82,12 @@ def test_gc_lists_then_expires_trees_left_open(short: Coordinator, redis_url: st
     short.store.flush()
     assert set(short.views.active_roots()) == {dead, live.chain_id}
 
-    listed = gc(short, idle_s=1.0, dry_run=True)
+    listed = gc(short.store, short.retention_s, idle_s=1.0, dry_run=True)
     assert [t.root for t in listed.idle] == [dead]
     assert listed.idle[0].contexts == 2 and listed.idle[0].spent_usd == pytest.approx(0.02)
     assert listed.expired == 0 and short.views.active_roots().count(dead) == 1
 
-    done = gc(short, idle_s=1.0, dry_run=False)
+    done = gc(short.store, short.retention_s, idle_s=1.0, dry_run=False)
     assert [t.root for t in done.idle] == [dead] and done.expired == 1
     assert short.views.active_roots() == [live.chain_id]
     assert short.client.hget(KS.ctx(dead, dead), "status") == "closed"
@@ -98,8 +98,8 @@ def test_gc_lists_then_expires_trees_left_open(short: Coordinator, redis_url: st
 
 def test_gc_removes_index_entries_of_trees_that_are_gone(short: Coordinator) -> None:
     short.client.zadd(KS.roots_shard("vanished"), {"vanished": 1})
-    assert gc(short, idle_s=0, dry_run=True).stale == 0
-    report = gc(short, idle_s=0, dry_run=False)
+    assert gc(short.store, short.retention_s, idle_s=0, dry_run=True).stale == 0
+    report = gc(short.store, short.retention_s, idle_s=0, dry_run=False)
     assert report.stale == 1 and report.examined == 1
     assert short.views.active_roots() == []
 
@@ -113,9 +113,9 @@ def test_open_trees_sorted_by_spend_or_fraction_with_the_total(coord: Coordinato
     small.wrap_llm_call(lambda: report_usage(cost_usd=0.05))
     big.wrap_llm_call(lambda: report_usage(cost_usd=0.2))
     coord.store.flush()
-    by_spend, total = coord.views.open_trees(limit=2)
+    by_spend, total, _ = coord.views.open_trees(limit=2)
     assert total == 3 and [t.root for t in by_spend] == [big.chain_id, small.chain_id]
-    by_fraction, _ = coord.views.open_trees(limit=1, sort="fraction")
+    by_fraction, _, _ = coord.views.open_trees(limit=1, sort="fraction")
     assert by_fraction[0].root == small.chain_id
     assert by_fraction[0].fraction == pytest.approx(0.5)
     for ctx in (small, big, idle):

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import pickle
 import shutil
 import socket
 import subprocess
@@ -238,7 +239,7 @@ def test_a_forged_token_is_refused_and_changes_nothing(coord: Coordinator) -> No
         coord.store.flush()
         before = redis_state(coord.client)
         forger = Coordinator(coord.client, token_keys={"test": b"a-guessed-secret-0123456789"})
-        for token in (forger.codec.encode(root=root.root_id, path=root.path, tenant="",
+        for token in (forger.token_codec().encode(root=root.root_id, path=root.path, tenant="",
                                           ttl_s=600, now=time.time()),
                       root.token[:-3], root.token + "x" * MAX_TOKEN_BYTES):
             with pytest.raises(TokenError):
@@ -304,12 +305,13 @@ def test_without_keys_a_dev_key_kept_in_redis_is_used_and_announced(
     first, second = Coordinator.from_url(redis_url), Coordinator.from_url(redis_url)
     configured = Coordinator.from_url(redis_url, token_keys=TEST_KEYS)
     with caplog.at_level(logging.WARNING, logger="coordinator"):
-        token = first.codec.encode(root="r", path=("r",), tenant="", ttl_s=60, now=time.time())
+        token = first.token_codec().encode(root="r", path=("r",), tenant="", ttl_s=60,
+                                           now=time.time())
     assert "not for production" in caplog.text
     assert first.client.get("bc:token-dev-key") is not None
-    assert second.codec.decode(token, now=time.time()).kid == "dev"
+    assert second.token_codec().decode(token, now=time.time()).kid == "dev"
     with pytest.raises(UnknownKeyError):  # a configured service never accepts dev tokens
-        configured.codec.decode(token, now=time.time())
+        configured.token_codec().decode(token, now=time.time())
     for c in (first, second, configured):
         c.client.close()
 
@@ -394,3 +396,12 @@ def test_a_cached_token_is_still_checked_for_time_and_tenant() -> None:
         codec.decode(token, now=1000.0 + 60 + CLOCK_SKEW_S + 1, tenant="a")
     with pytest.raises(TokenNotYetValidError):
         codec.decode(token, now=1000.0 - CLOCK_SKEW_S - 1, tenant="a")
+
+
+@pytest.mark.parametrize("error", [TokenSignatureError("signature mismatch"),
+                                   TokenTooLargeError(5000, 4096)])
+def test_a_token_error_rebuilt_from_its_args_says_its_prefix_once(error: TokenError) -> None:
+    """Pickling, and Celery's result backends, rebuild an exception from its args."""
+    for copy in (pickle.loads(pickle.dumps(error)), type(error)(*error.args)):
+        assert str(copy) == str(error)
+        assert str(copy).count("context token rejected") == 1

@@ -22,7 +22,8 @@ from coordinator import (
     report_usage,
 )
 from coordinator.core.keys import KeySpace
-from coordinator.store.topology import TopologySettingError, TopologyURLError, client_from_url
+from coordinator.errors import TopologySettingError, TopologyURLError
+from coordinator.store.topology import client_from_url
 from tests import procs
 from tests.invariants import check_tree, orphans
 from tests.topologies import Cluster, SentinelSet, failover_agent
@@ -115,18 +116,18 @@ def test_cluster_write_behind_pipes_per_node_and_indexes_spread(
         assert r.wrap_llm_call(lambda: report_usage(cost_usd=0.001),
                                WrapOptions(cost_estimate_hint=0.002)) == Decision.ALLOW
     cluster_coord.store.flush()
-    assert len(cluster_coord.store._wires) == 3  # one connection per node, not one for all
+    assert len(cluster_coord.store.wire._conns) == 3  # one connection per node, not one for all
     client = cluster_coord.client
     nodes = {client.get_node_from_key(KS.ctx(r.chain_id, r.chain_id)).name for r in roots}
     assert len(nodes) == 3
-    assert cluster_coord.views.active_root_count() == 24
+    assert cluster_coord.views.count_active_roots() == 24
     assert set(cluster_coord.views.active_roots(limit=100)) == {r.chain_id for r in roots}
     shard_nodes = {client.get_node_from_key(k).name for k in KS.roots_shards()}
     assert len(shard_nodes) > 1  # no single node takes every root's open and close
     for r in roots:
         r.close()
         assert check_tree(client, r.chain_id) == 1000
-    assert cluster_coord.views.active_root_count() == 0
+    assert cluster_coord.views.count_active_roots() == 0
 
 
 def test_cluster_ledger_publish_and_lease_renewal(cluster_coord: Coordinator) -> None:
@@ -202,7 +203,7 @@ def test_sentinel_url_writes_and_reads_the_same_primary(sentinel_coord: Coordina
     assert attached.wrap_llm_call(lambda: report_usage(cost_usd=0.02)) == Decision.ALLOW
     sentinel_coord.store.flush()
     assert root.get_snapshot().cost_usd_accumulated == pytest.approx(0.02)
-    assert {w.conn.port for w in sentinel_coord.store._wires} == {sentinels.primary_port()}
+    assert {w.conn.port for w in sentinel_coord.store.wire._conns} == {sentinels.primary_port()}
     root.close()
 
 

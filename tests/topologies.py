@@ -352,7 +352,7 @@ def failover_agent(url: str, token: str, seed: int, seconds: float, durability: 
     while time.monotonic() < deadline:  # every queued settle must land before reporting
         try:
             coord.store.flush()
-            if not coord.store._pending:
+            if not coord.store.wire._pending:
                 break
         except Exception:  # noqa: BLE001 - Redis may still be failing over
             time.sleep(0.1)
@@ -360,4 +360,4 @@ def failover_agent(url: str, token: str, seed: int, seconds: float, durability: 
     gaps = [b - a for a, b in zip(allowed_at, allowed_at[1:], strict=False)]
     out.put({"spent": spent, "allowed": allowed, "offline": offline,
              "last_allowed": max(allowed_at, default=0.0), "max_gap": max(gaps, default=0.0),
-             "pending": len(coord.store._pending)})
+             "pending": len(coord.store.wire._pending)})

