@@ -249,10 +249,14 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   return true, stopped
 end
 
--- Finished reservation ids (KEYS[#KEYS - 1], a zset by Redis ms) are kept this long, so
--- a settle repeated within it (a write-behind retry, a reply lost in a failover) changes
--- nothing.
+-- Finished reservation ids (KEYS[#KEYS - 1], a zset by Redis ms) are kept at least this
+-- long, so a settle repeated within it (a write-behind retry, a reply lost in a failover)
+-- changes nothing.
 local FINISHED_KEEP_MS = 3600000
+-- The ids older than that are trimmed by about one finish in this many (those whose
+-- Redis ms is a multiple of it): the others only add theirs. An id is kept longer, never
+-- shorter, so the trim's rate does not touch the guarantee; the root's close expires it.
+local FINISHED_TRIM_EVERY = 16
 -- How long the record of a settle whose tree does not exist here is kept (7 days).
 local ORPHAN_RECORD_KEEP_S = 604800
 
@@ -322,7 +326,9 @@ local function close_reservation(outcome, step, retry, amounts_from)
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
     redis.call('ZADD', finished, now, id)
-    redis.call('ZREMRANGEBYSCORE', finished, '-inf', now - FINISHED_KEEP_MS)
+    if now % FINISHED_TRIM_EVERY == 0 then
+      redis.call('ZREMRANGEBYSCORE', finished, '-inf', now - FINISHED_KEEP_MS)
+    end
     if rec.k then redis.call('HSET', done, id, outcome) end
     if code == 4 then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
     if ARGV[3] ~= '' then

@@ -7,7 +7,7 @@
 -- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
 -- KEYS[5..]   per level of the reservation's path, root first (as reserved), two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
--- KEYS[last-1] bc:{R}:fin     zset  finished reservation ids by Redis ms (the last hour)
+-- KEYS[last-1] bc:{R}:fin     zset  finished reservation ids by Redis ms (at least an hour)
 -- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
 -- ARGV[1]     reservation id
 -- ARGV[2]     abort channel (pub/sub, not a key)

@@ -120,3 +120,22 @@ def test_open_trees_sorted_by_spend_or_fraction_with_the_total(coord: Coordinato
     assert by_fraction[0].fraction == pytest.approx(0.5)
     for ctx in (small, big, idle):
         ctx.close()
+
+
+def test_finished_ids_are_kept_an_hour_then_trimmed_by_later_settles(coord: Coordinator
+                                                                     ) -> None:
+    ctx = ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=1000,
+                                           max_retries_total=1), coordinator=coord)
+    fin = KS.finished(ctx.chain_id)
+    hour_ago_ms = coord.store.server_time_ms() - 3_600_000
+    coord.client.zadd(fin, {"finished-long-ago": hour_ago_ms - 1,
+                            "finished-within-the-hour": hour_ago_ms + 60_000})
+    # the trim runs on about one settle in 16 (by Redis time): 400 settles all but
+    # surely include one ((15/16)^400 < 1e-11)
+    for _ in range(400):
+        assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.0001)) == Decision.ALLOW
+    coord.store.flush()
+    assert coord.client.zscore(fin, "finished-long-ago") is None
+    assert coord.client.zscore(fin, "finished-within-the-hour") is not None
+    assert coord.client.zcard(fin) == 401  # every settle of the hour is remembered
+    ctx.close()
