@@ -11,6 +11,10 @@ from .context import (
     current_limits,
 )
 from .coordinator import Coordinator
+from .data.context_data import ContextData
+from .data.exposure import current_data_view
+from .data.lifecycle import run_parallel
+from .data.model import ExposurePolicy, IsolationLevel, MergePolicy, MergeResult
 from .egress import DenyListEgressHook
 from .errors import (
     DeadlineExceededError,
@@ -45,6 +49,7 @@ __all__ = [
     "CancelledByContext",
     "ChainMetadata",
     "CircuitBreaker",
+    "ContextData",
     "ContextSnapshot",
     "Coordinator",
     "DeadlineExceededError",
@@ -52,7 +57,11 @@ __all__ = [
     "DenyListEgressHook",
     "ExecutionConfig",
     "ExecutionContext",
+    "ExposurePolicy",
+    "IsolationLevel",
     "LedgerReservation",
+    "MergePolicy",
+    "MergeResult",
     "NodeRecord",
     "PolicyContext",
     "PolicyDecision",
@@ -68,9 +77,11 @@ __all__ = [
     "ametered_stream",
     "current_cancellation_token",
     "current_context",
+    "current_data_view",
     "current_limits",
     "metered_stream",
     "model_price",
     "report_usage",
+    "run_parallel",
     "set_price",
 ]

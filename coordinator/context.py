@@ -20,6 +20,12 @@ from typing import Any, Literal
 from . import pricing
 from .cancellation import CancellationToken, CancelledByContext
 from .coordinator import CANCELLING_REASONS, Coordinator
+from .data import chain as data_chain
+from .data import checkpoints as data_checkpoints
+from .data.context_data import ContextData
+from .data.lifecycle import check_step_name, init_child
+from .data.lifecycle import parallel as parallel_children
+from .data.model import IsolationLevel, MergePolicy, MergeResult
 from .errors import (
     BackendUnavailableError,
     ContextExistsError,
@@ -134,6 +140,7 @@ class _Call:
     collector: UsageCollector = field(default_factory=UsageCollector)
     parent_node: str | None = None
     reserved: bool = True
+    fn: Any = None  # the wrapped function (the causal chain digests a partial's arguments)
     held: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -365,15 +372,70 @@ class ExecutionContext:
         token_budget: TokenBudget | None = None,
         deadline: datetime | None = None,
         metadata: ChainMetadata | None = None,
+        isolation: IsolationLevel | str = IsolationLevel.INHERIT,
+        step_name: str | None = None,
+        is_parallel: bool = False,
     ) -> ExecutionContext:
         """Open a child context. Cost (and every token dimension) defaults to what remains
         above; steps and retries to the parent's limits. Explicit limits are tightened to
-        what remains above; every ancestor's limits keep applying."""
+        what remains above; every ancestor's limits keep applying. ``isolation`` sets how
+        the child reads its ancestors' data; a ``step_name`` makes it a step of the causal
+        chain (coordinator/data)."""
+        iso = IsolationLevel.of(isolation)
+        check_step_name(step_name)
         plan = child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
                            token_budget, deadline)
         child = ExecutionContext.__new__(ExecutionContext)
         child._open(self._coord, plan, pipeline, metadata, self, self.circuit_breaker)
+        init_child(child, self._coord, child._path, iso, step_name=step_name,
+                   is_parallel=bool(is_parallel), metadata=child.metadata)
         return child
+
+    # -- context data (coordinator/data: the CCOS execution-context specification) -------
+
+    @property
+    def data(self) -> ContextData:
+        """This context's data: reads follow its isolation level, writes are local."""
+        return ContextData(self._coord, self._path, lambda: self._closed)
+
+    def merge_into_parent(self, policy: MergePolicy | str = MergePolicy.KEEP_EXISTING,
+                          keys: list[str] | None = None) -> MergeResult:
+        """Merge this context's data into its parent's (one atomic script)."""
+        return self.data.merge_into_parent(policy, keys)
+
+    def checkpoint(self, checkpoint_id: str) -> dict[str, Any]:
+        """Record the data stack this context sees under ``checkpoint_id``."""
+        return data_checkpoints.take_checkpoint(self._coord, self._path, checkpoint_id)
+
+    def with_checkpointing(self, interval_ms: int, checkpoint_id: str | None = None
+                           ) -> ExecutionContext:
+        """Checkpoint every ``interval_ms`` (under ``<chain_id>:auto`` unless named)
+        until closed. Returns this context."""
+        data_checkpoints.Checkpointer(self.data, checkpoint_id or f"{self.chain_id}:auto",
+                                      interval_ms).start()
+        return self
+
+    def serialize(self) -> str:
+        """The data stack this context sees, with each level's metadata, as JSON."""
+        return data_checkpoints.serialize(self._coord, self._path)
+
+    @classmethod
+    def deserialize(cls, document: str | dict[str, Any], config: ExecutionConfig, *,
+                    coordinator: Coordinator | None = None) -> ExecutionContext:
+        """A new tree whose data is the serialized stack's (budgets start afresh)."""
+        return data_checkpoints.restore(document, config, coordinator=coordinator)
+
+    @classmethod
+    def resume(cls, checkpoint_id: str, config: ExecutionConfig, *,
+               coordinator: Coordinator | None = None, root_id: str | None = None
+               ) -> ExecutionContext:
+        """A new tree whose data is the checkpoint's (budgets start afresh)."""
+        return data_checkpoints.resume(checkpoint_id, config, coordinator=coordinator,
+                                       root_id=root_id)
+
+    def parallel(self, step_names: list[str], **limits: Any) -> list[ExecutionContext]:
+        """One isolated child per step name, marked ``is_parallel``."""
+        return parallel_children(self, step_names, **limits)
 
     # -- identity ------------------------------------------------------------------------
 
@@ -435,6 +497,8 @@ class ExecutionContext:
             except ValueError:  # exited in another context (e.g. another task)
                 _current_context.set(None)
             self._ctx_token = None
+        if exc is not None:
+            data_chain.step_failed(self, exc)
         self.close()
 
     async def __aenter__(self) -> ExecutionContext:
@@ -450,6 +514,7 @@ class ExecutionContext:
         coordinator's retention). Idempotent."""
         if self._closed:
             return
+        data_chain.step_closed(self, self._coord, self._path, self.metadata)
         self._closed = True
         try:
             self._store.flush()
@@ -570,6 +635,7 @@ class ExecutionContext:
             call = self._begin(kind, opts)
             if isinstance(call, _Outcome):
                 return call
+            call.fn = fn
             vars_ = self._enter_call(call)
             try:
                 result = fn()
@@ -595,6 +661,7 @@ class ExecutionContext:
             call = self._begin(kind, opts)
             if isinstance(call, _Outcome):
                 return call
+            call.fn = fn
             vars_ = self._enter_call(call)
             try:
                 task = loop.create_task(_as_coroutine(fn))
@@ -796,6 +863,10 @@ class ExecutionContext:
         return cost or 0, tin, tout, provider
 
     def _complete(self, call: _Call, result: Any) -> _Outcome:
+        if call.kind == "tool":
+            data_chain.capability_called(self._coord, self._path, self.metadata,
+                                         operation=call.options.operation_name,
+                                         node_id=call.node_id, fn=call.fn, result=result)
         try:
             usage = call.collector.usage or usage_from_response(result)
             cost, tin, tout, provider = self._spent(call, usage, default_to_estimate=True)
@@ -832,6 +903,10 @@ class ExecutionContext:
     def _fail(self, call: _Call, exc: BaseException) -> _Outcome | None:
         """Settle a call that did not complete. Returns the outcome, or None to re-raise
         (interpreter exits, outer cancellations, bad usage reports)."""
+        if call.kind == "tool":
+            data_chain.capability_called(self._coord, self._path, self.metadata,
+                                         operation=call.options.operation_name,
+                                         node_id=call.node_id, fn=call.fn, error=exc)
         usage = call.collector.usage
         if self.circuit_breaker is not None and (
             isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)

@@ -10,7 +10,8 @@ import redis
 from redis.commands.core import Script
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window")
+                "breaker_check", "breaker_record", "window",
+                "data_read", "data_write", "data_merge", "data_spawn", "data_snapshot")
 
 
 def lua_dir() -> Path:
@@ -22,9 +23,12 @@ def lua_dir() -> Path:
 
 
 def script_source(name: str) -> str:
-    """The source registered for ``name``: lib.lua followed by the script itself."""
+    """The source registered for ``name``: lib.lua (and data_lib.lua for the context-data
+    scripts) followed by the script itself."""
     folder = lua_dir()
     lib = (folder / "lib.lua").read_text()
+    if name.startswith("data_"):
+        lib += "\n" + (folder / "data_lib.lua").read_text()
     return lib + "\n" + (folder / f"{name}.lua").read_text()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from .data.keys import DataKeys
 from .keys import KeySpace
 from .scripts import Scripts
 
@@ -558,10 +559,12 @@ class Store:
             self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id),
             self.ks.kids(path.root, path.ctx_id),
+            *DataKeys(self.ks).context_keys(path.root, path.ctx_id),
         ]
         if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
-                     self.ks.ledger(path.root), self.ks.done(path.root)]
+                     self.ks.ledger(path.root), self.ks.done(path.root),
+                     DataKeys(self.ks).checkpoints(path.root)]
         ops = [_Op("close", keys, [retention_s]),
                _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
         if root:
@@ -586,7 +589,8 @@ class Store:
         ops = [_Op("cmd", [], ["EXPIRE", key, retention_s]) for key in (
             self.ks.ctx(path.root, path.ctx_id), self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id), self.ks.kids(path.root, path.ctx_id),
-            self.ks.locator(path.ctx_id))]
+            self.ks.locator(path.ctx_id),
+            *DataKeys(self.ks).context_keys(path.root, path.ctx_id))]
         for r in self._round_trip(ops):
             if isinstance(r, Exception):
                 raise r

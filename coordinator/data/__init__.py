@@ -1,0 +1,41 @@
+"""Shared context data for agent trees (the CCOS execution-context specification).
+
+This package's root imports only pure modules (the Redis store imports its key helper);
+the API lives in :mod:`coordinator.data.context_data` and is reached through
+``ExecutionContext.data``, ``spawn_child(isolation=...)``, ``merge_into_parent``,
+``checkpoint``, ``parallel`` and ``ExecutionContext.resume``.
+"""
+
+from .errors import (
+    CheckpointNotFoundError,
+    ContextDataError,
+    DataClosedError,
+    DataKeyError,
+    DataTooLargeError,
+    DataValueError,
+    InvalidCheckpointError,
+    MergePolicyError,
+    NoParentError,
+)
+from .keys import DataKeys
+from .model import ExposurePolicy, IsolationLevel, MergePolicy, MergeResult, StepMetadata
+from .values import DataLimits
+
+__all__ = [
+    "CheckpointNotFoundError",
+    "ContextDataError",
+    "DataClosedError",
+    "DataKeyError",
+    "DataKeys",
+    "DataLimits",
+    "DataTooLargeError",
+    "DataValueError",
+    "ExposurePolicy",
+    "InvalidCheckpointError",
+    "IsolationLevel",
+    "MergePolicy",
+    "MergePolicyError",
+    "MergeResult",
+    "NoParentError",
+    "StepMetadata",
+]

@@ -1,0 +1,109 @@
+"""The causal chain: StepStarted, StepCompleted / StepFailed and CapabilityCall events on
+the context's event stream (next to its SafetyEvents). Only digests and sizes of tool
+arguments and results are recorded, never the data itself."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..models import ChainMetadata, Decision, SafetyEvent
+from ..store import Path
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
+
+HOOK = "CausalChain"
+
+
+@dataclass
+class _Step:
+    name: str
+    failure: str | None = None
+
+
+_steps: weakref.WeakKeyDictionary[Any, _Step] = weakref.WeakKeyDictionary()
+
+
+def digest(value: Any) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a value's canonical form: bytes as they are, JSON
+    where it is JSON, else its repr."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+    else:
+        try:
+            raw = json.dumps(value, sort_keys=True, separators=(",", ":"),
+                             default=repr).encode()
+        except (TypeError, ValueError):
+            raw = repr(value).encode(errors="replace")
+    return hashlib.sha256(raw).hexdigest(), len(raw)
+
+
+def _linkage(meta: ChainMetadata) -> dict[str, Any]:
+    return {"plan_id": meta.plan_id, "intent_ids": list(meta.intent_ids),
+            "parent_action_id": meta.parent_action_id}
+
+
+def _emit(coord: Coordinator, path: Path, meta: ChainMetadata, event_type: str,
+          reason: str, decision: Decision = Decision.ALLOW, **fields: Any) -> None:
+    event = SafetyEvent(event_type=event_type, decision=decision, reason=reason, hook=HOOK,
+                        request_id=meta.request_id,
+                        metadata={"chain_id": path.ctx_id, "step_id": path.ctx_id,
+                                  "parent_chain_id": path.parent_id, **_linkage(meta),
+                                  **fields})
+    coord.store.queue_event(path, event.model_dump_json())
+    coord.schedule_flush()
+
+
+def step_started(ctx: Any, coord: Coordinator, path: Path, meta: ChainMetadata,
+                 step_name: str, **fields: Any) -> None:
+    """Record that the step ``ctx`` opened (it rides the next round trip)."""
+    _steps[ctx] = _Step(step_name)
+    _emit(coord, path, meta, "StepStarted", f"step {step_name!r} started",
+          step_name=step_name, **fields)
+
+
+def step_failed(ctx: Any, error: BaseException) -> None:
+    """Note that the step ``ctx`` ends with ``error`` (its close records StepFailed)."""
+    step = _steps.get(ctx)
+    if step is not None and step.failure is None:
+        step.failure = f"{type(error).__name__}: {error}"[:1000]
+
+
+def step_closed(ctx: Any, coord: Coordinator, path: Path, meta: ChainMetadata) -> None:
+    """Record StepCompleted or StepFailed for a step this process opened (once)."""
+    step = _steps.pop(ctx, None)
+    if step is None:
+        return
+    if step.failure is None:
+        _emit(coord, path, meta, "StepCompleted", f"step {step.name!r} completed",
+              step_name=step.name)
+    else:
+        _emit(coord, path, meta, "StepFailed", f"step {step.name!r} failed: {step.failure}",
+              Decision.HALT, step_name=step.name, error=step.failure)
+
+
+def capability_called(coord: Coordinator, path: Path, meta: ChainMetadata, *,
+                      operation: str, node_id: str, fn: Any, result: Any = None,
+                      error: BaseException | None = None) -> None:
+    """Record one wrapped tool call: its operation, and the digest and size of its
+    arguments (those of a ``functools.partial``; a closure's are not visible) and of
+    its result."""
+    args: Any = None
+    if isinstance(fn, functools.partial):
+        args = {"args": list(fn.args), "kwargs": dict(fn.keywords)}
+    args_digest, args_size = digest(args) if args is not None else (None, 0)
+    fields: dict[str, Any] = {"operation": operation, "node_id": node_id,
+                              "args_digest": args_digest, "args_size": args_size}
+    if error is None:
+        fields["result_digest"], fields["result_size"] = digest(result)
+        reason = f"capability {operation!r} returned"
+    else:
+        fields["error"] = type(error).__name__
+        reason = f"capability {operation!r} raised {type(error).__name__}"
+    _emit(coord, path, meta, "CapabilityCall", reason,
+          Decision.ALLOW if error is None else Decision.RETRY, **fields)

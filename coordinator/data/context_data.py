@@ -1,0 +1,174 @@
+"""ContextData: one context's data, read through its isolation level, written locally."""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import BackendUnavailableError
+from ..store import UNAVAILABLE, Path
+from .errors import DataClosedError, NoParentError
+from .model import ExposurePolicy, IsolationLevel, MergePolicy, MergeResult
+from .store import DataStore
+from .values import DataLimits, check_key, decode_value, encode_value
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
+
+T = TypeVar("T")
+_MISSING: Any = object()
+_limits: weakref.WeakKeyDictionary[Coordinator, DataLimits] = weakref.WeakKeyDictionary()
+
+
+def set_data_limits(coordinator: Coordinator, limits: DataLimits) -> None:
+    """Make ``limits`` the context-data limits of every context of ``coordinator``
+    (default: :meth:`DataLimits.from_env`)."""
+    _limits[coordinator] = limits
+
+
+def data_limits(coordinator: Coordinator) -> DataLimits:
+    """The context-data limits in force for ``coordinator``."""
+    limits = _limits.get(coordinator)
+    if limits is None:
+        limits = _limits.setdefault(coordinator, DataLimits.from_env())
+    return limits
+
+
+def _redis(operation: str, fn: Callable[[], T]) -> T:
+    """Run a Redis operation; an unreachable Redis becomes BackendUnavailableError."""
+    try:
+        return fn()
+    except UNAVAILABLE as exc:
+        raise BackendUnavailableError(operation, exc) from exc
+
+
+class ContextData:
+    """The data of one context (``ctx.data``): JSON values by string key.
+
+    Reads follow the context's isolation level (inherit: live fall-through to the
+    ancestors; isolated: the ancestors as they were when it was created; sandboxed:
+    nothing above). Writes are local to the context and refused once it is closed.
+    Each read and each write is one Redis round trip, whatever the depth."""
+
+    def __init__(self, coordinator: Coordinator, path: Path,
+                 closed: Callable[[], bool] = lambda: False) -> None:
+        self._coord = coordinator
+        self._path = path
+        self._closed = closed
+        self._ds = DataStore(coordinator.store)
+        self.limits = data_limits(coordinator)
+
+    @property
+    def chain_id(self) -> str:
+        return self._path.ctx_id
+
+    def _writable(self) -> None:
+        if self._closed():
+            raise DataClosedError(self._path.ctx_id)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` as this context sees it, else ``default``."""
+        check_key(key, self.limits)
+        found = _redis("data get", lambda: self._ds.get(self._path, key))
+        return default if found is None else decode_value(found.text)
+
+    def level_of(self, key: str) -> int | None:
+        """How many levels up the value of ``key`` comes from (0: this context's own),
+        or None when it sees no such key."""
+        check_key(key, self.limits)
+        found = _redis("data get", lambda: self._ds.get(self._path, key))
+        return None if found is None else found.level
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key, _MISSING) is not _MISSING
+
+    def to_dict(self, *, local: bool = False) -> dict[str, Any]:
+        """Every key this context sees (``local``: only its own), sorted by key."""
+        raw = _redis("data read", lambda: self._ds.read_all(self._path, local=local))
+        return {k: decode_value(raw[k]) for k in sorted(raw)}
+
+    def keys(self, *, local: bool = False) -> list[str]:
+        """The keys this context sees (``local``: only its own), sorted."""
+        return list(self.to_dict(local=local))
+
+    def items(self, *, local: bool = False) -> list[tuple[str, Any]]:
+        """(key, value) pairs this context sees (``local``: only its own), sorted."""
+        return list(self.to_dict(local=local).items())
+
+    @property
+    def isolation(self) -> IsolationLevel:
+        """This context's isolation level (recorded in Redis at its creation)."""
+        rec = _redis("data read", lambda: self._ds.records(self._path, ["iso"]))
+        return IsolationLevel.of(rec[0][0] or "inherit")
+
+    # -- writes --------------------------------------------------------------------------
+
+    def set(self, key: str, value: Any) -> None:
+        """Set ``key`` in this context's own data."""
+        self.update({key: value})
+
+    def update(self, values: Mapping[str, Any]) -> None:
+        """Set several keys at once, atomically: all of them or none."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"values must be a mapping; got {values!r}")
+        encoded = {check_key(k, self.limits): encode_value(k, v, self.limits)
+                   for k, v in values.items()}
+        self._writable()
+        if encoded:
+            _redis("data set", lambda: self._ds.write(self._path, encoded, (), self.limits))
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key`` from this context's own data (an ancestor's value then shows
+        through, as the isolation level allows). Returns whether it was there."""
+        check_key(key, self.limits)
+        self._writable()
+        return _redis("data delete",
+                      lambda: self._ds.write(self._path, {}, (key,), self.limits)) == 1
+
+    def merge_into_parent(self, policy: MergePolicy | str = MergePolicy.KEEP_EXISTING,
+                          keys: Iterable[str] | None = None) -> MergeResult:
+        """Merge this context's own data (or only ``keys`` of it) into its parent's, in
+        one atomic script, and return what changed. Works after this context stopped or
+        closed (work done before an abort is kept); the parent must not be closed."""
+        chosen = MergePolicy.of(policy)
+        if isinstance(keys, str):
+            raise TypeError("keys must be an iterable of keys, not one string")
+        wanted = None if keys is None else [check_key(k, self.limits) for k in keys]
+        if len(self._path.ids) < 2:
+            raise NoParentError(self._path.ctx_id)
+        if wanted is not None and not wanted:
+            return MergeResult()
+        return _redis("data merge",
+                      lambda: self._ds.merge(self._path, chosen, wanted, self.limits))
+
+    def set_exposure(self, policy: ExposurePolicy | None = None,
+                     expose_keys: Iterable[str] | None = None) -> None:
+        """Set which wrapped tools may see this context's data (inherited by its
+        subtree; the nearest policy wins) and narrow what they see to ``expose_keys``
+        (every level's ``expose_keys`` apply: a subtree can only narrow further)."""
+        if policy is not None and not isinstance(policy, ExposurePolicy):
+            raise TypeError(f"policy must be an ExposurePolicy; got {policy!r}")
+        if isinstance(expose_keys, str):
+            raise TypeError("expose_keys must be an iterable of keys, not one string")
+        fields: dict[str, str] = {}
+        if policy is not None:
+            fields["expose"] = json.dumps(policy.to_json())
+        if expose_keys is not None:
+            fields["expose_keys"] = json.dumps(
+                sorted({check_key(k, self.limits) for k in expose_keys}))
+        self._writable()
+        if fields:
+            _redis("data exposure", lambda: self._ds.set_record(self._path, fields))
+
+    def __repr__(self) -> str:
+        return f"ContextData(chain_id={self._path.ctx_id!r})"

@@ -1,0 +1,24 @@
+-- data_snapshot.lua: the data stack a context sees, read atomically (checkpoints).
+--
+-- KEYS[1..]   4 per level, the context's own first, then its parent, up to the root:
+--             bc:{R}:ctx:<id>, bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id>
+-- ARGV        none
+--
+-- The walk stops where the context's sight stops (a sandboxed level, or an isolated one,
+-- whose frozen view is included).
+-- Returns one entry per level it sees, its own first:
+--   {created_ms, metadata JSON, {data key, JSON, ...}, {dmeta field, value, ...},
+--    {view key, JSON, ...}}
+
+local out = {}
+for base = 1, #KEYS, 4 do
+  local ctx = redis.call('HMGET', KEYS[base], 'created_ms', 'meta')
+  local meta = redis.call('HGETALL', KEYS[base + 2])
+  local iso = redis.call('HGET', KEYS[base + 2], 'iso')
+  local view = {}
+  if iso == 'isolated' then view = redis.call('HGETALL', KEYS[base + 3]) end
+  out[#out + 1] = {ctx[1] or '0', ctx[2] or '{}', redis.call('HGETALL', KEYS[base + 1]),
+                   meta, view}
+  if iso == 'sandboxed' or iso == 'isolated' then break end
+end
+return out
