@@ -1,8 +1,9 @@
 -- data_lib.lua: helpers of the context-data scripts (coordinator/scripts.py prepends it,
 -- after lib.lua, to every data_*.lua script).
 --
--- It touches only keys the including script received in KEYS: from KEYS[first] on, a
--- context's levels, 3 keys each, its own level first, then its parent, up to the root:
+-- It touches only keys the including script received in KEYS (KEYS[1] onwards, as that
+-- script's contract states): from KEYS[first] on, a context's levels, 3 keys each, its
+-- own level first, then its parent, up to the root:
 --   bc:{R}:data:<id>   hash  key -> JSON value (the context's own data)
 --   bc:{R}:dmeta:<id>  hash  iso (inherit | isolated | sandboxed; none = inherit), par,
 --                            step, bytes (size of the data: keys + JSON), merges, expose...

@@ -1,7 +1,8 @@
 -- data_read.lua: read a context's data through its isolation level, in one round trip.
 --
--- KEYS[1..]   3 per level, the context's own first, then its parent, up to the root:
---             bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id> (see data_lib.lua)
+-- KEYS[1]     bc:{R}:data:<id>   the context's own data, KEYS[2] bc:{R}:dmeta:<id> its
+--             record, KEYS[3] bc:{R}:dview:<id> its frozen view (see data_lib.lua);
+-- KEYS[4..]   the same 3 keys for its parent, then each ancestor up to the root
 -- ARGV[1]     'get' (ARGV[2] the key), 'all' (every key the context sees) or 'local'
 --             (its own data only)
 --
