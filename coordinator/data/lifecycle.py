@@ -32,8 +32,15 @@ def init_child(child: Any, coord: Coordinator, path: Path, isolation: IsolationL
     if step_name is not None:
         chain.step_started(child, coord, path, metadata, step_name,
                            isolation_level=isolation.value, is_parallel=is_parallel)
-    _redis("spawn (context data)", lambda: DataStore(coord.store).spawn(
-        path, isolation.value, is_parallel=is_parallel, step_name=step_name or ""))
+    try:
+        _redis("spawn (context data)", lambda: DataStore(coord.store).spawn(
+            path, isolation.value, is_parallel=is_parallel, step_name=step_name or ""))
+    except BaseException as exc:
+        # Without its record the child would read as inherit: it is closed, never handed
+        # out.
+        chain.step_failed(child, exc)
+        child.close()
+        raise
 
 
 def check_step_name(step_name: object) -> str | None:
