@@ -16,6 +16,14 @@
 
 local DATA_STRIDE = 3
 
+-- HSET (or HDEL) of a flat list in slices: unpack() of more than a few thousand values
+-- fails ("too many results to unpack").
+local function data_call_chunked(cmd, key, flat, step)
+  for i = 1, #flat, step do
+    redis.call(cmd, key, unpack(flat, i, math.min(i + step - 1, #flat)))
+  end
+end
+
 -- The value of `key` as the context sees it, and the level it came from (0 = its own),
 -- or nil. Inherit goes on to the parent; isolated reads its frozen view and stops;
 -- sandboxed stops.

@@ -55,7 +55,7 @@ for _, k in ipairs(keys) do
   end
 end
 if after > max_bytes and after > bytes then return {0, 'too_large', 'context', after} end
-if #writes > 0 then redis.call('HSET', KEYS[2], unpack(writes)) end
+data_call_chunked('HSET', KEYS[2], writes, 1000)
 redis.call('HSET', KEYS[3], 'bytes', after)
 local seq = redis.call('HINCRBY', KEYS[3], 'merges', 1)
 local out = {1, seq, after}

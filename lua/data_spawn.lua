@@ -24,5 +24,5 @@ else
   for i = 5, #ARGV do view[#view + 1] = ARGV[i] end
 end
 redis.call('DEL', KEYS[3])
-if #view > 0 then redis.call('HSET', KEYS[3], unpack(view)) end
+data_call_chunked('HSET', KEYS[3], view, 1000)
 return {1, #view / 2}

@@ -38,7 +38,7 @@ for i = 3 + 2 * n, #ARGV do
   end
 end
 if after > limit and after > bytes then return {0, 'too_large', after} end
-if #sets > 0 then redis.call('HSET', KEYS[2], unpack(sets)) end
-if #dels > 0 then redis.call('HDEL', KEYS[2], unpack(dels)) end
+data_call_chunked('HSET', KEYS[2], sets, 1000)
+data_call_chunked('HDEL', KEYS[2], dels, 1000)
 redis.call('HSET', KEYS[3], 'bytes', after)
 return {1, after, #dels}

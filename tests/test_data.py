@@ -277,3 +277,19 @@ def test_scripts_reload_after_script_flush(coord: Coordinator) -> None:
         assert root.data.get("a") == 1
         root.data.set("b", 2)
         assert root.data.to_dict() == {"a": 1, "b": 2}
+
+
+def test_many_keys_at_once(coord: Coordinator) -> None:
+    """Thousands of keys in one update, merge and frozen view (Lua's unpack() has a
+    limit of a few thousand values: the scripts write in slices)."""
+    many = {f"k{i}": i for i in range(6000)}
+    with ExecutionContext(CONFIG) as root:
+        child = root.spawn_child()
+        child.data.update(many)
+        assert child.merge_into_parent().added == tuple(sorted(many))
+        frozen = root.spawn_child(isolation="isolated")
+        root.data.set("k0", "changed")
+        assert frozen.data.get("k0") == 0 and len(frozen.data.keys()) == 6000
+        assert root.data.to_dict() == {**many, "k0": "changed"}
+        for c in (child, frozen):
+            c.close()
