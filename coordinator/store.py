@@ -518,6 +518,11 @@ class Store:
         """Append a node record to a context's node stream with the next round trip."""
         self._queue_append(self.ks.nodes(path.root, path.ctx_id), "n", node_json)
 
+    def queue_append(self, key: str, field_name: str, value: str) -> None:
+        """Append to one of a tree's capped streams (``key``, e.g. its causal chain) with
+        the next round trip."""
+        self._queue_append(key, field_name, value)
+
     def _queue_append(self, key: str, field_name: str, value: str) -> None:
         with self._lock:
             self._pending.append(_Op("xadd", [key], [field_name, value]))
@@ -564,7 +569,7 @@ class Store:
         if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
                      self.ks.ledger(path.root), self.ks.done(path.root),
-                     DataKeys(self.ks).checkpoints(path.root)]
+                     *DataKeys(self.ks).tree_keys(path.root)]
         ops = [_Op("close", keys, [retention_s]),
                _Op("cmd", [], ["EXPIRE", self.ks.locator(path.ctx_id), retention_s])]
         if root:

@@ -5,7 +5,8 @@
 -- KEYS[3]     bc:{R}:events:<id>  stream  its SafetyEvents (the summary is appended here)
 -- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>, its context data
 --             (bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id>); for a root also
---             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done, bc:{R}:checkpoints
+--             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done, bc:{R}:checkpoints,
+--             bc:{R}:chain
 -- ARGV[1]     retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way

@@ -241,12 +241,14 @@ def test_data_expires_with_the_tree(coord: Coordinator) -> None:
         child = root.spawn_child(isolation="isolated")
         child.data.set("b", 2)
         root.checkpoint("exp-1")
+        root.spawn_child(step_name="a step").close()  # writes the tree's causal chain
         assert client.ttl(dk.data(root.chain_id, root.chain_id)) == -1
         child.close()
         for key in dk.context_keys(root.chain_id, child.chain_id):
             assert 0 < client.ttl(key) <= coord.retention_s, key
-    for key in (*dk.context_keys(root.chain_id, root.chain_id),
-                dk.checkpoints(root.chain_id)):
+    for key in dk.tree_keys(root.chain_id):
+        assert 0 < client.ttl(key) <= coord.retention_s, key
+    for key in dk.context_keys(root.chain_id, root.chain_id):
         if client.exists(key):
             assert 0 < client.ttl(key) <= coord.retention_s, key
     assert client.exists(dk.data(root.chain_id, root.chain_id))

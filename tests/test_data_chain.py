@@ -19,13 +19,14 @@ from coordinator import (
     WrapOptions,
     current_data_view,
 )
+from coordinator.data.chain import read_chain
 
 CONFIG = ExecutionConfig(max_cost_usd=5.0, max_steps=100, max_retries_total=5)
 
 
 def _events(ctx: ExecutionContext, kind: str | None = None) -> list[dict[str, Any]]:
     events = [e.model_dump(mode="json")
-              for e in ExecutionContext.load_snapshot(ctx.chain_id).events]
+              for e in read_chain(Coordinator.default(), ctx.root_id, ctx.chain_id)]
     return [e for e in events if kind is None or e["event_type"] == kind]
 
 
@@ -50,10 +51,13 @@ def test_steps_record_started_and_completed_or_failed(coord: Coordinator) -> Non
     assert len(failed) == 1 and "smtp down" in failed[0]["metadata"]["error"]
     assert failed[0]["decision"] == "HALT"
     assert _events(bad, "StepCompleted") == []
-    assert [e for e in _events(plain) if e["hook"] == "CausalChain"] == []  # not a step
-    # the snapshot shows them as events of the context
-    assert [e.event_type for e in ok.get_snapshot().events][:2] == ["StepStarted",
-                                                                    "StepCompleted"]
+    assert _events(plain) == []  # not a step
+    # one stream for the tree, in order; the contexts' SafetyEvents are left alone
+    tree = [(e.event_type, e.metadata["step_name"])
+            for e in read_chain(Coordinator.default(), plan.root_id)]
+    assert tree == [("StepStarted", "Fetch User"), ("StepCompleted", "Fetch User"),
+                    ("StepStarted", "Send Email"), ("StepFailed", "Send Email")]
+    assert all(e.hook != "CausalChain" for e in ok.get_snapshot().events)
 
 
 def test_capability_call_records_digests_not_data(coord: Coordinator) -> None:
@@ -136,3 +140,22 @@ def test_exposure_policy_checks_its_fields() -> None:
     with pytest.raises(TypeError):
         ExposurePolicy(enabled=True, allow_tags=(1,))  # type: ignore[arg-type]
     assert ExposurePolicy(enabled=True, allow_prefixes=("",)).allows("x", ()) is False
+
+
+def test_async_tool_calls_are_recorded_and_see_the_view(coord: Coordinator) -> None:
+    import asyncio
+
+    async def tool() -> dict[str, Any]:
+        view = current_data_view()
+        return {"saw": dict(view) if view is not None else None}
+
+    with ExecutionContext(CONFIG) as ctx:
+        ctx.data.set("k", 1)
+        ctx.data.set_exposure(ExposurePolicy(enabled=True, allow_ids=("async.tool",)))
+        d = asyncio.run(ctx.awrap_tool_call(tool, WrapOptions(operation_name="async.tool")))
+        assert d.value == "ALLOW"
+        calls = _events(ctx, "CapabilityCall")
+    assert [c["metadata"]["operation"] for c in calls] == ["async.tool"]
+    assert calls[0]["metadata"]["result_size"] == len(json.dumps({"saw": {"k": 1}},
+                                                                  separators=(",", ":"),
+                                                                  sort_keys=True))

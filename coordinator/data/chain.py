@@ -1,5 +1,6 @@
 """The causal chain: StepStarted, StepCompleted / StepFailed and CapabilityCall events on
-the context's event stream (next to its SafetyEvents). Only digests and sizes of tool
+the tree's chain stream (``bc:{R}:chain``, apart from the contexts' SafetyEvents, as the
+specification keeps execution data apart from the chain). Only digests and sizes of tool
 arguments and results are recorded, never the data itself."""
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import BackendUnavailableError
 from ..models import ChainMetadata, Decision, SafetyEvent
-from ..store import Path
+from ..store import UNAVAILABLE, Path
+from .keys import DataKeys
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator
@@ -55,8 +58,23 @@ def _emit(coord: Coordinator, path: Path, meta: ChainMetadata, event_type: str,
                         metadata={"chain_id": path.ctx_id, "step_id": path.ctx_id,
                                   "parent_chain_id": path.parent_id, **_linkage(meta),
                                   **fields})
-    coord.store.queue_event(path, event.model_dump_json())
+    coord.store.queue_append(DataKeys(coord.store.ks).chain(path.root), "e",
+                             event.model_dump_json())
     coord.schedule_flush()
+
+
+def read_chain(coord: Coordinator, root_id: str, chain_id: str | None = None
+               ) -> list[SafetyEvent]:
+    """The causal chain of a tree, oldest first (only ``chain_id``'s events if given),
+    after this process's queued writes."""
+    try:
+        coord.store.flush()
+        raw: list[Any] = list(
+            coord.store.client.xrange(DataKeys(coord.store.ks).chain(root_id)) or [])
+    except UNAVAILABLE as exc:
+        raise BackendUnavailableError("read chain", exc) from exc
+    events = [SafetyEvent.model_validate_json(fields["e"]) for _, fields in raw]
+    return [e for e in events if chain_id is None or e.metadata.get("chain_id") == chain_id]
 
 
 def step_started(ctx: Any, coord: Coordinator, path: Path, meta: ChainMetadata,

@@ -30,6 +30,10 @@ class DataKeys:
         """Hash: the tree's checkpoints, id -> JSON."""
         return f"{self.ks.prefix}:{{{root}}}:checkpoints"
 
+    def chain(self, root: str) -> str:
+        """Stream: the tree's causal chain (step and capability events, capped)."""
+        return f"{self.ks.prefix}:{{{root}}}:chain"
+
     def checkpoint_locator(self, checkpoint_id: str) -> str:
         """Cross-tree index: checkpoint id -> root id (a view, like the context locator)."""
         return f"{self.ks.prefix}:cpwhere:{checkpoint_id}"
@@ -37,6 +41,10 @@ class DataKeys:
     def context_keys(self, root: str, ctx_id: str) -> list[str]:
         """The keys that expire with a context."""
         return [self.data(root, ctx_id), self.meta(root, ctx_id), self.view(root, ctx_id)]
+
+    def tree_keys(self, root: str) -> list[str]:
+        """The tree-wide keys that expire with its root."""
+        return [self.checkpoints(root), self.chain(root)]
 
     def levels(self, root: str, ids: tuple[str, ...]) -> list[str]:
         """data, meta, view of every level of a path, the context's own first, root last
