@@ -13,6 +13,7 @@ import pytest
 from coordinator import (
     ChainMetadata,
     Coordinator,
+    Decision,
     ExecutionConfig,
     ExecutionContext,
     ExposurePolicy,
@@ -153,9 +154,24 @@ def test_async_tool_calls_are_recorded_and_see_the_view(coord: Coordinator) -> N
         ctx.data.set("k", 1)
         ctx.data.set_exposure(ExposurePolicy(enabled=True, allow_ids=("async.tool",)))
         d = asyncio.run(ctx.awrap_tool_call(tool, WrapOptions(operation_name="async.tool")))
-        assert d.value == "ALLOW"
+        assert d == Decision.ALLOW
         calls = _events(ctx, "CapabilityCall")
     assert [c["metadata"]["operation"] for c in calls] == ["async.tool"]
     assert calls[0]["metadata"]["result_size"] == len(json.dumps({"saw": {"k": 1}},
                                                                   separators=(",", ":"),
                                                                   sort_keys=True))
+
+
+def test_a_result_that_cannot_be_digested_still_settles(coord: Coordinator) -> None:
+    class Weird:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    with ExecutionContext(CONFIG) as ctx:
+        d = ctx.wrap_tool_call(lambda: Weird(), WrapOptions(operation_name="weird",
+                                                             cost_estimate_hint=0.01))
+        assert d == Decision.ALLOW
+        assert ctx.get_snapshot().step_count == 1
+        calls = _events(ctx, "CapabilityCall")
+    assert calls[0]["metadata"]["operation"] == "weird"
+    assert "result_digest" not in calls[0]["metadata"]

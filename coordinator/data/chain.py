@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from ..coordinator import Coordinator
 
 HOOK = "CausalChain"
+log = logging.getLogger("coordinator.data")
 
 
 @dataclass
@@ -53,6 +55,16 @@ def _linkage(meta: ChainMetadata) -> dict[str, Any]:
 
 def _emit(coord: Coordinator, path: Path, meta: ChainMetadata, event_type: str,
           reason: str, decision: Decision = Decision.ALLOW, **fields: Any) -> None:
+    """Queue one chain event. Never raises: the chain is a record, and the calls it
+    records (and their settles) must go on whatever happens to it."""
+    try:
+        _queue(coord, path, meta, event_type, reason, decision, fields)
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.warning("could not record %s for %s", event_type, path.ctx_id, exc_info=True)
+
+
+def _queue(coord: Coordinator, path: Path, meta: ChainMetadata, event_type: str,
+           reason: str, decision: Decision, fields: dict[str, Any]) -> None:
     event = SafetyEvent(event_type=event_type, decision=decision, reason=reason, hook=HOOK,
                         request_id=meta.request_id,
                         metadata={"chain_id": path.ctx_id, "step_id": path.ctx_id,
@@ -111,14 +123,18 @@ def capability_called(coord: Coordinator, path: Path, meta: ChainMetadata, *,
     """Record one wrapped tool call: its operation, and the digest and size of its
     arguments (those of a ``functools.partial``; a closure's are not visible) and of
     its result."""
-    args: Any = None
-    if isinstance(fn, functools.partial):
-        args = {"args": list(fn.args), "kwargs": dict(fn.keywords)}
-    args_digest, args_size = digest(args) if args is not None else (None, 0)
-    fields: dict[str, Any] = {"operation": operation, "node_id": node_id,
-                              "args_digest": args_digest, "args_size": args_size}
+    fields: dict[str, Any] = {"operation": operation, "node_id": node_id}
+    try:
+        args: Any = None
+        if isinstance(fn, functools.partial):
+            args = {"args": list(fn.args), "kwargs": dict(fn.keywords)}
+        fields["args_digest"], fields["args_size"] = (digest(args) if args is not None
+                                                      else (None, 0))
+        if error is None:
+            fields["result_digest"], fields["result_size"] = digest(result)
+    except Exception:  # noqa: BLE001 - a repr that raises: the call is still recorded
+        log.warning("could not digest the call %s", node_id, exc_info=True)
     if error is None:
-        fields["result_digest"], fields["result_size"] = digest(result)
         reason = f"capability {operation!r} returned"
     else:
         fields["error"] = type(error).__name__
