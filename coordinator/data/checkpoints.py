@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..models import ChainMetadata, ExecutionConfig
 from ..store import Path
-from .context_data import ContextData, _redis
+from .context_data import ContextData, redis_call
 from .errors import CheckpointNotFoundError, InvalidCheckpointError
 from .model import IsolationLevel, StepMetadata
 from .store import DataStore, LevelRecord
@@ -55,7 +55,7 @@ def _level_json(level: LevelRecord, checkpoint_id: str | None) -> dict[str, Any]
 def stack_of(coord: Coordinator, path: Path, checkpoint_id: str | None = None
              ) -> dict[str, Any]:
     """The data stack ``path`` sees (read atomically), root-most level first."""
-    levels = _redis("data snapshot", lambda: DataStore(coord.store).snapshot(path))
+    levels = redis_call("data snapshot", lambda: DataStore(coord.store).snapshot(path))
     stack = [_level_json(lv, checkpoint_id if lv.ctx_id == path.ctx_id else None)
              for lv in reversed(levels)]
     return {"format": FORMAT, "checkpoint_id": checkpoint_id, "root_id": path.root,
@@ -68,7 +68,7 @@ def take_checkpoint(coord: Coordinator, path: Path, checkpoint_id: str) -> dict[
     Taking the same id again replaces it. Returns the record."""
     check_checkpoint_id(checkpoint_id)
     record = stack_of(coord, path, checkpoint_id)
-    _redis("checkpoint", lambda: DataStore(coord.store).save_checkpoint(
+    redis_call("checkpoint", lambda: DataStore(coord.store).save_checkpoint(
         path, checkpoint_id, json.dumps(record, separators=(",", ":")), coord.retention_s))
     return record
 
@@ -82,7 +82,7 @@ def load_checkpoint(coord: Coordinator, checkpoint_id: str, root_id: str | None 
                     ) -> dict[str, Any]:
     """A recorded checkpoint (``root_id`` finds it after its locator expired)."""
     check_checkpoint_id(checkpoint_id)
-    text = _redis("load checkpoint",
+    text = redis_call("load checkpoint",
                   lambda: DataStore(coord.store).load_checkpoint(checkpoint_id, root_id))
     if text is None:
         raise CheckpointNotFoundError(checkpoint_id)
@@ -144,8 +144,8 @@ def _restore_level(ctx: ExecutionContext, meta: StepMetadata, data: dict[str, An
     limits = cd.limits
     encoded_view = ({k: encode_value(k, v, limits) for k, v in view.items()}
                     if meta.isolation_level is IsolationLevel.ISOLATED else None)
-    ds, path = cd._ds, cd._path
-    _redis("resume", lambda: ds.spawn(path, meta.isolation_level.value,
+    ds, path = cd.store, cd.path
+    redis_call("resume", lambda: ds.spawn(path, meta.isolation_level.value,
                                       is_parallel=meta.is_parallel,
                                       step_name=meta.step_name or "", view=encoded_view))
     cd.update(data)
@@ -177,14 +177,14 @@ class Checkpointer:
         self.taken = 0
 
     def start(self) -> None:
-        self.data._coord.call_later(self.interval_s, self._tick)
+        self.data.coordinator.call_later(self.interval_s, self._tick)
 
     def _tick(self) -> None:
-        if self.data._closed():
+        if self.data.closed:
             return
         try:
-            take_checkpoint(self.data._coord, self.data._path, self.checkpoint_id)
+            take_checkpoint(self.data.coordinator, self.data.path, self.checkpoint_id)
             self.taken += 1
         finally:
-            if not self.data._closed():
-                self.data._coord.call_later(self.interval_s, self._tick)
+            if not self.data.closed:
+                self.data.coordinator.call_later(self.interval_s, self._tick)

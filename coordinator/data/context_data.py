@@ -36,7 +36,7 @@ def data_limits(coordinator: Coordinator) -> DataLimits:
     return limits
 
 
-def _redis(operation: str, fn: Callable[[], T]) -> T:
+def redis_call(operation: str, fn: Callable[[], T]) -> T:
     """Run a Redis operation; an unreachable Redis becomes BackendUnavailableError."""
     try:
         return fn()
@@ -64,8 +64,28 @@ class ContextData:
     def chain_id(self) -> str:
         return self._path.ctx_id
 
+    # For the package's other modules (exposure, checkpoints):
+
+    @property
+    def path(self) -> Path:
+        """Where the context sits in its tree."""
+        return self._path
+
+    @property
+    def coordinator(self) -> Coordinator:
+        return self._coord
+
+    @property
+    def store(self) -> DataStore:
+        return self._ds
+
+    @property
+    def closed(self) -> bool:
+        """Whether the handle this data belongs to is closed."""
+        return self._closed()
+
     def _writable(self) -> None:
-        if self._closed():
+        if self.closed:
             raise DataClosedError(self._path.ctx_id)
 
     # -- reads ---------------------------------------------------------------------------
@@ -73,14 +93,14 @@ class ContextData:
     def get(self, key: str, default: Any = None) -> Any:
         """The value of ``key`` as this context sees it, else ``default``."""
         check_key(key, self.limits)
-        found = _redis("data get", lambda: self._ds.get(self._path, key))
+        found = redis_call("data get", lambda: self._ds.get(self._path, key))
         return default if found is None else decode_value(found.text)
 
     def level_of(self, key: str) -> int | None:
         """How many levels up the value of ``key`` comes from (0: this context's own),
         or None when it sees no such key."""
         check_key(key, self.limits)
-        found = _redis("data get", lambda: self._ds.get(self._path, key))
+        found = redis_call("data get", lambda: self._ds.get(self._path, key))
         return None if found is None else found.level
 
     def __getitem__(self, key: str) -> Any:
@@ -94,7 +114,7 @@ class ContextData:
 
     def to_dict(self, *, local: bool = False) -> dict[str, Any]:
         """Every key this context sees (``local``: only its own), sorted by key."""
-        raw = _redis("data read", lambda: self._ds.read_all(self._path, local=local))
+        raw = redis_call("data read", lambda: self._ds.read_all(self._path, local=local))
         return {k: decode_value(raw[k]) for k in sorted(raw)}
 
     def keys(self, *, local: bool = False) -> list[str]:
@@ -108,7 +128,7 @@ class ContextData:
     @property
     def isolation(self) -> IsolationLevel:
         """This context's isolation level (recorded in Redis at its creation)."""
-        rec = _redis("data read", lambda: self._ds.records(self._path, ["iso"]))
+        rec = redis_call("data read", lambda: self._ds.records(self._path, ["iso"]))
         return IsolationLevel.of(rec[0][0] or "inherit")
 
     # -- writes --------------------------------------------------------------------------
@@ -125,14 +145,14 @@ class ContextData:
                    for k, v in values.items()}
         self._writable()
         if encoded:
-            _redis("data set", lambda: self._ds.write(self._path, encoded, (), self.limits))
+            redis_call("data set", lambda: self._ds.write(self._path, encoded, (), self.limits))
 
     def delete(self, key: str) -> bool:
         """Remove ``key`` from this context's own data (an ancestor's value then shows
         through, as the isolation level allows). Returns whether it was there."""
         check_key(key, self.limits)
         self._writable()
-        return _redis("data delete",
+        return redis_call("data delete",
                       lambda: self._ds.write(self._path, {}, (key,), self.limits)) == 1
 
     def merge_into_parent(self, policy: MergePolicy | str = MergePolicy.KEEP_EXISTING,
@@ -148,7 +168,7 @@ class ContextData:
             raise NoParentError(self._path.ctx_id)
         if wanted is not None and not wanted:
             return MergeResult()
-        return _redis("data merge",
+        return redis_call("data merge",
                       lambda: self._ds.merge(self._path, chosen, wanted, self.limits))
 
     def set_exposure(self, policy: ExposurePolicy | None = None,
@@ -168,7 +188,7 @@ class ContextData:
                 sorted({check_key(k, self.limits) for k in expose_keys}))
         self._writable()
         if fields:
-            _redis("data exposure", lambda: self._ds.set_record(self._path, fields))
+            redis_call("data exposure", lambda: self._ds.set_record(self._path, fields))
 
     def __repr__(self) -> str:
         return f"ContextData(chain_id={self._path.ctx_id!r})"

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .context_data import ContextData, _redis
+from .context_data import ContextData, redis_call
 from .model import ExposurePolicy
 
 
@@ -26,8 +26,8 @@ def exposed_view(data: ContextData, operation: str, tags: tuple[str, ...]
     """What a tool with this operation id and tags may see of ``data``: the visible data
     narrowed by every level's ``expose_keys``, frozen; None unless the nearest policy
     allows the tool. The data is read only once the policy allowed it."""
-    records = _redis("data exposure", lambda: data._ds.records(
-        data._path, ["expose", "expose_keys"]))
+    records = redis_call("data exposure", lambda: data.store.records(
+        data.path, ["expose", "expose_keys"]))
     policy = next((ExposurePolicy.from_json(json.loads(r[0])) for r in records if r[0]),
                   None)
     if policy is None or not policy.allows(operation, tags):

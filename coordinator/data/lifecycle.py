@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..models import ChainMetadata
 from ..store import Path
 from . import chain
-from .context_data import _redis
+from .context_data import redis_call
 from .model import IsolationLevel, MergePolicy, MergeResult
 from .store import DataStore
 
@@ -33,7 +33,7 @@ def init_child(child: Any, coord: Coordinator, path: Path, isolation: IsolationL
         chain.step_started(child, coord, path, metadata, step_name,
                            isolation_level=isolation.value, is_parallel=is_parallel)
     try:
-        _redis("spawn (context data)", lambda: DataStore(coord.store).spawn(
+        redis_call("spawn (context data)", lambda: DataStore(coord.store).spawn(
             path, isolation.value, is_parallel=is_parallel, step_name=step_name or ""))
     except BaseException as exc:
         # Without its record the child would read as inherit: it is closed, never handed
