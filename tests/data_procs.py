@@ -5,10 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from coordinator import ExecutionConfig, ExecutionContext
-from tests.procs import _coord
+from coordinator import Coordinator, ExecutionConfig, ExecutionContext
+from tests.procs import TEST_KEYS
 
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=5)
+
+
+def _coord(url: str) -> Coordinator:
+    return Coordinator.from_url(url, token_keys=TEST_KEYS)
 
 
 def read_through(url: str, token: str, keys: list[str], out: Any) -> None:
