@@ -13,7 +13,7 @@ from .context import (
 from .coordinator import Coordinator
 from .data.context_data import ContextData
 from .data.exposure import current_data_view
-from .data.lifecycle import run_parallel
+from .data.lifecycle import merge_children, run_parallel
 from .data.model import ExposurePolicy, IsolationLevel, MergePolicy, MergeResult
 from .egress import DenyListEgressHook
 from .errors import (
@@ -79,6 +79,7 @@ __all__ = [
     "current_context",
     "current_data_view",
     "current_limits",
+    "merge_children",
     "metered_stream",
     "model_price",
     "report_usage",

@@ -7,12 +7,14 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..errors import ContextNotFoundError
 from ..models import ChainMetadata
 from ..store import Path
 from . import chain
-from .context_data import redis_call
+from .context_data import ContextData, redis_call
 from .model import IsolationLevel, MergePolicy, MergeResult
 from .store import DataStore
+from .values import check_key
 
 if TYPE_CHECKING:
     from ..context import ExecutionContext
@@ -99,3 +101,24 @@ def run_parallel(ctx: ExecutionContext,
     if first_error is not None:
         raise first_error
     return results, merges
+
+
+def merge_children(parent: ExecutionContext, child_ids: Sequence[str],
+                   policy: MergePolicy | str = MergePolicy.KEEP_EXISTING
+                   ) -> dict[str, MergeResult]:
+    """Merge children of ``parent`` (by chain id, in the order given) into it with
+    ``policy``: the chord callback of a Celery ``group`` of isolated ``@contained``
+    tasks, which know only their ids. ContextNotFoundError, before any merge, for an id
+    that is not a child of ``parent``."""
+    chosen = MergePolicy.of(policy)
+    if isinstance(child_ids, str):
+        raise TypeError("child_ids must be a sequence of ids, not one string")
+    data = parent.data
+    ids = [check_key(cid, data.limits) for cid in child_ids]
+    kids = set(redis_call("merge children", lambda: data.coordinator.store.children(
+        data.path.root, data.path.ctx_id)))
+    for cid in ids:
+        if cid not in kids:
+            raise ContextNotFoundError(cid)
+    return {cid: ContextData(data.coordinator, data.path.child(cid)).merge_into_parent(chosen)
+            for cid in ids}
