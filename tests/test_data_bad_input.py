@@ -18,6 +18,7 @@ from coordinator.data import (
     DataTooLargeError,
     DataValueError,
     InvalidCheckpointError,
+    IsolationLevelError,
     MergePolicyError,
 )
 from coordinator.data.context_data import set_data_limits
@@ -120,8 +121,9 @@ def test_merged_value_over_the_value_limit(coord: Coordinator, root: ExecutionCo
 
 def test_bad_policy_isolation_and_names(coord: Coordinator, root: ExecutionContext) -> None:
     kids = coord.client.smembers(coord.keyspace.kids(root.root_id, root.chain_id))
-    with pytest.raises(MergePolicyError):
+    with pytest.raises(IsolationLevelError) as iso_err:
         root.spawn_child(isolation="private")
+    assert iso_err.value.allowed == ("inherit", "isolated", "sandboxed")
     with pytest.raises(TypeError):
         root.spawn_child(step_name=5)  # type: ignore[arg-type]
     with pytest.raises(ValueError):

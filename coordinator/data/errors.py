@@ -51,14 +51,22 @@ class DataClosedError(ContextDataError):
         super().__init__(f"context {chain_id!r} is closed; its data is read-only")
 
 
-class MergePolicyError(ContextDataError, ValueError):
-    """A merge policy or isolation level that does not exist."""
+class DataOptionError(ContextDataError, ValueError):
+    """An option that does not exist; ``allowed`` lists those that do."""
 
     def __init__(self, kind: str, value: object, allowed: tuple[str, ...]) -> None:
         self.kind = kind
         self.value = value
         self.allowed = allowed
         super().__init__(f"{kind} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+class MergePolicyError(DataOptionError):
+    """A merge policy that does not exist."""
+
+
+class IsolationLevelError(DataOptionError):
+    """An isolation level that does not exist."""
 
 
 class NoParentError(ContextDataError, LookupError):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from .errors import MergePolicyError
+from .errors import IsolationLevelError, MergePolicyError
 
 
 class IsolationLevel(str, Enum):
@@ -27,8 +27,8 @@ class IsolationLevel(str, Enum):
         try:
             return cls(value)
         except ValueError:
-            raise MergePolicyError("isolation", value,
-                                   tuple(m.value for m in cls)) from None
+            raise IsolationLevelError("isolation", value,
+                                      tuple(m.value for m in cls)) from None
 
 
 class MergePolicy(str, Enum):
