@@ -159,3 +159,24 @@ def test_bad_checkpoints(coord: Coordinator, root: ExecutionContext) -> None:
     with pytest.raises(ValueError):
         root.with_checkpointing(0)
     assert issubclass(ContextDataError, BudgetCoordinatorError)
+
+
+def test_redis_away_is_a_typed_error() -> None:
+    """Reads and writes of context data fail closed, with BackendUnavailableError."""
+    from coordinator.embedded import RedisServer
+    from coordinator.errors import BackendUnavailableError
+    from tests.procs import TEST_KEYS
+
+    server = RedisServer().start()
+    coord = Coordinator.from_url(server.url, token_keys=TEST_KEYS)
+    try:
+        ctx = ExecutionContext(CONFIG, coordinator=coord)
+        ctx.data.set("k", 1)
+        server.kill()
+        for op in (lambda: ctx.data.get("k"), lambda: ctx.data.set("k", 2),
+                   lambda: ctx.checkpoint("away"), lambda: ctx.data.to_dict()):
+            with pytest.raises(BackendUnavailableError):
+                op()
+    finally:
+        server.stop()
+        coord.close()
