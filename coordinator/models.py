@@ -279,6 +279,13 @@ class WrapOptions(_Frozen):
     def _provider(cls, v: Any) -> Any:
         return v if v is None else check_slug(v)
 
+    @field_validator("tags")
+    @classmethod
+    def _capability_tags(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(len(t) > MAX_LABEL for t in v):
+            raise ValueError(f"tags must be at most {MAX_LABEL} characters")
+        return v
+
 
 class SafetyEvent(_Frozen):
     """A normalized incident record: a chain-level stop or a pipeline decision."""

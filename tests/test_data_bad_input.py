@@ -180,3 +180,17 @@ def test_redis_away_is_a_typed_error() -> None:
     finally:
         server.stop()
         coord.close()
+
+
+def test_bad_capability_tags_and_plan_linkage() -> None:
+    from coordinator import ChainMetadata, WrapOptions
+    from coordinator.errors import InvalidConfigError
+
+    assert WrapOptions(tags=["needs-context"]).tags == ("needs-context",)
+    for bad in (["x" * 257], [f"t{i}" for i in range(65)], [3]):
+        with pytest.raises(InvalidConfigError):
+            WrapOptions(tags=bad)
+    with pytest.raises(InvalidConfigError):
+        ChainMetadata(request_id="r", chain_id="c", intent_ids=("x" * 257,))
+    with pytest.raises(InvalidConfigError):
+        ChainMetadata(request_id="r", chain_id="c", plan_id="p" * 257)
