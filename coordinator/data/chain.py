@@ -13,13 +13,14 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.paths import Path
 from ..errors import BackendUnavailableError
 from ..models import ChainMetadata, Decision, SafetyEvent
-from ..store import UNAVAILABLE, Path
-from .keys import DataKeys
+from ..store.data import DataStore
+from ..store.errors import UNAVAILABLE
 
 if TYPE_CHECKING:
-    from ..coordinator import Coordinator
+    from ..runtime.coordinator import Coordinator
 
 HOOK = "CausalChain"
 log = logging.getLogger("coordinator.data")
@@ -70,8 +71,7 @@ def _queue(coord: Coordinator, path: Path, meta: ChainMetadata, event_type: str,
                         metadata={"chain_id": path.ctx_id, "step_id": path.ctx_id,
                                   "parent_chain_id": path.parent_id, **_linkage(meta),
                                   **fields})
-    coord.store.queue_append(DataKeys(coord.store.ks).chain(path.root), "e",
-                             event.model_dump_json())
+    DataStore(coord.store).queue_chain_event(path.root, event.model_dump_json())
     coord.schedule_flush()
 
 
@@ -80,12 +80,10 @@ def read_chain(coord: Coordinator, root_id: str, chain_id: str | None = None
     """The causal chain of a tree, oldest first (only ``chain_id``'s events if given),
     after this process's queued writes."""
     try:
-        coord.store.flush()
-        raw: list[Any] = list(
-            coord.store.client.xrange(DataKeys(coord.store.ks).chain(root_id)) or [])
+        raw = DataStore(coord.store).read_chain(root_id)
     except UNAVAILABLE as exc:
         raise BackendUnavailableError("read chain", exc) from exc
-    events = [SafetyEvent.model_validate_json(fields["e"]) for _, fields in raw]
+    events = [SafetyEvent.model_validate_json(text) for text in raw]
     return [e for e in events if chain_id is None or e.metadata.get("chain_id") == chain_id]
 
 
@@ -97,9 +95,10 @@ def step_started(ctx: Any, coord: Coordinator, path: Path, meta: ChainMetadata,
           step_name=step_name, **fields)
 
 
-def step_failed(ctx: Any, error: BaseException) -> None:
-    """Note that the step ``ctx`` ends with ``error`` (its close records StepFailed)."""
-    step = _steps.get(ctx)
+def step_failed(ctx: Any, error: BaseException | None) -> None:
+    """Note that the step ``ctx`` ends with ``error`` (its close records StepFailed);
+    nothing when ``error`` is None."""
+    step = _steps.get(ctx) if error is not None else None
     if step is not None and step.failure is None:
         step.failure = f"{type(error).__name__}: {error}"[:1000]
 

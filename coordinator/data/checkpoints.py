@@ -7,19 +7,30 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
-from ..models import ChainMetadata, ExecutionConfig
-from ..store import Path
-from .context_data import ContextData, redis_call
+from ..core.paths import Path
+from ..runtime.coordinator import Coordinator
+from ..store.data import DataRefused, DataStore, LevelRecord
+from .context_data import ContextData, redis_call, refusal
 from .errors import CheckpointNotFoundError, InvalidCheckpointError
 from .model import IsolationLevel, StepMetadata
-from .store import DataStore, LevelRecord
 from .values import decode_value, encode_value
 
-if TYPE_CHECKING:
-    from ..context import ExecutionContext
-    from ..coordinator import Coordinator
+
+class DataLevel(Protocol):
+    """A context handle as a restore builds the stack with it (an ExecutionContext)."""
+
+    @property
+    def data(self) -> ContextData: ...
+
+    def spawn_child(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+H = TypeVar("H", bound=DataLevel)
 
 FORMAT = 1
 _ID = re.compile(r"^[^\s,{}]{1,128}$")
@@ -113,24 +124,21 @@ def _levels(document: object) -> list[tuple[StepMetadata, dict[str, Any], dict[s
     return out
 
 
-def restore(document: object, config: ExecutionConfig, *,
-            coordinator: Coordinator | None = None,
-            metadata: ChainMetadata | None = None) -> ExecutionContext:
-    """A new tree whose data is the serialized stack's: a new root opened with
-    ``config`` (and ``metadata``), a child per further level with its isolation level,
-    step name and (isolated) frozen view. Returns the deepest context; the ones above
-    are its ``parent`` chain (close them after it). Budgets start afresh."""
-    from ..context import ExecutionContext  # the context module imports this package
-
+def restore(document: object, open_root: Callable[[], H]) -> H:
+    """A new tree whose data is the serialized stack's: a new root from ``open_root``
+    (``ExecutionContext.deserialize`` opens it with the config given), a child per
+    further level with its isolation level, step name and (isolated) frozen view.
+    Returns the deepest context; the ones above are its ``parent`` chain (close them
+    after it). Budgets start afresh."""
     levels = _levels(document)
-    ctx = ExecutionContext(config, metadata=metadata, coordinator=coordinator)
+    ctx = open_root()
     ctx_chain = [ctx]
     try:
         for i, (meta, data, view) in enumerate(levels):
             if i > 0:
                 ctx = ctx.spawn_child()
                 ctx_chain.append(ctx)
-            _restore_level(ctx, meta, data, view)
+            _restore_level(ctx.data, meta, data, view)
     except BaseException:
         for c in reversed(ctx_chain):
             c.close()
@@ -138,28 +146,28 @@ def restore(document: object, config: ExecutionConfig, *,
     return ctx
 
 
-def _restore_level(ctx: ExecutionContext, meta: StepMetadata, data: dict[str, Any],
+def _restore_level(cd: ContextData, meta: StepMetadata, data: dict[str, Any],
                    view: dict[str, Any]) -> None:
-    cd: ContextData = ctx.data
     limits = cd.limits
     encoded_view = ({k: encode_value(k, v, limits) for k, v in view.items()}
                     if meta.isolation_level is IsolationLevel.ISOLATED else None)
     ds, path = cd.store, cd.path
-    redis_call("resume", lambda: ds.spawn(path, meta.isolation_level.value,
-                                      is_parallel=meta.is_parallel,
-                                      step_name=meta.step_name or "", view=encoded_view))
+    reply = redis_call("resume", lambda: ds.spawn(path, meta.isolation_level.value,
+                                                  is_parallel=meta.is_parallel,
+                                                  step_name=meta.step_name or "",
+                                                  view=encoded_view))
+    if isinstance(reply, DataRefused):
+        raise refusal(path.ctx_id, reply, limits)
     cd.update(data)
 
 
-def resume(checkpoint_id: str, config: ExecutionConfig, *,
-           coordinator: Coordinator | None = None, metadata: ChainMetadata | None = None,
-           root_id: str | None = None) -> ExecutionContext:
-    """A new tree rebuilt from a recorded checkpoint (see :func:`restore`)."""
-    from ..coordinator import Coordinator
-
+def resume(checkpoint_id: str, open_root: Callable[[Coordinator], H], *,
+           coordinator: Coordinator | None = None, root_id: str | None = None) -> H:
+    """A new tree rebuilt from a recorded checkpoint (see :func:`restore`);
+    ``open_root`` opens its root on the coordinator (the default one unless given)."""
     coord = coordinator or Coordinator.default()
     record = load_checkpoint(coord, checkpoint_id, root_id)
-    return restore(record, config, coordinator=coord, metadata=metadata)
+    return restore(record, lambda: open_root(coord))
 
 
 class Checkpointer:

@@ -7,15 +7,16 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import BackendUnavailableError
-from ..store import UNAVAILABLE, Path
-from .errors import DataClosedError, NoParentError
+from ..core.paths import Path
+from ..errors import BackendUnavailableError, ContextNotFoundError
+from ..store.data import DataRefused, DataStore
+from ..store.errors import UNAVAILABLE
+from .errors import ContextDataError, DataClosedError, DataTooLargeError, NoParentError
 from .model import ExposurePolicy, IsolationLevel, MergePolicy, MergeResult
-from .store import DataStore
 from .values import DataLimits, check_key, decode_value, encode_value
 
 if TYPE_CHECKING:
-    from ..coordinator import Coordinator
+    from ..runtime.coordinator import Coordinator
 
 T = TypeVar("T")
 _MISSING: Any = object()
@@ -42,6 +43,25 @@ def redis_call(operation: str, fn: Callable[[], T]) -> T:
         return fn()
     except UNAVAILABLE as exc:
         raise BackendUnavailableError(operation, exc) from exc
+
+
+def refusal(ctx_id: str, refused: DataRefused, limits: DataLimits,
+            what: str = "the context's data") -> ContextDataError | ContextNotFoundError:
+    """The error a refused data script stands for."""
+    if refused.reason == "missing":
+        return ContextNotFoundError(ctx_id)
+    if refused.reason == "closed":
+        return DataClosedError(ctx_id)
+    if refused.key is not None:
+        return DataTooLargeError("a merged value's JSON", refused.size,
+                                 limits.max_value_bytes, refused.key)
+    return DataTooLargeError(what, refused.size, limits.max_context_bytes)
+
+
+def _written(ctx_id: str, reply: int | DataRefused, limits: DataLimits) -> int:
+    if isinstance(reply, DataRefused):
+        raise refusal(ctx_id, reply, limits)
+    return reply
 
 
 class ContextData:
@@ -145,15 +165,16 @@ class ContextData:
                    for k, v in values.items()}
         self._writable()
         if encoded:
-            redis_call("data set", lambda: self._ds.write(self._path, encoded, (), self.limits))
+            _written(self._path.ctx_id, redis_call("data set", lambda: self._ds.write(
+                self._path, encoded, (), self.limits.max_context_bytes)), self.limits)
 
     def delete(self, key: str) -> bool:
         """Remove ``key`` from this context's own data (an ancestor's value then shows
         through, as the isolation level allows). Returns whether it was there."""
         check_key(key, self.limits)
         self._writable()
-        return redis_call("data delete",
-                      lambda: self._ds.write(self._path, {}, (key,), self.limits)) == 1
+        return _written(self._path.ctx_id, redis_call("data delete", lambda: self._ds.write(
+            self._path, {}, (key,), self.limits.max_context_bytes)), self.limits) == 1
 
     def merge_into_parent(self, policy: MergePolicy | str = MergePolicy.KEEP_EXISTING,
                           keys: Iterable[str] | None = None) -> MergeResult:
@@ -168,8 +189,13 @@ class ContextData:
             raise NoParentError(self._path.ctx_id)
         if wanted is not None and not wanted:
             return MergeResult()
-        return redis_call("data merge",
-                      lambda: self._ds.merge(self._path, chosen, wanted, self.limits))
+        reply = redis_call("data merge", lambda: self._ds.merge(
+            self._path, chosen.value, wanted, max_value_bytes=self.limits.max_value_bytes,
+            max_context_bytes=self.limits.max_context_bytes))
+        if isinstance(reply, DataRefused):
+            raise refusal(self._path.ids[-2], reply, self.limits, "the parent's data")
+        return MergeResult(added=reply.added, overwritten=reply.overwritten,
+                           merged=reply.merged, sequence=reply.sequence)
 
     def set_exposure(self, policy: ExposurePolicy | None = None,
                      expose_keys: Iterable[str] | None = None) -> None:

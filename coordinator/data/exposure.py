@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ..context.call import active_call
 from .context_data import ContextData, redis_call
 from .model import ExposurePolicy
 
@@ -49,9 +50,9 @@ def current_data_view() -> Mapping[str, Any] | None:
     sees, if the exposure policy allows this tool (by operation id, prefix or declared
     tag), narrowed by ``expose_keys``. None outside a wrapped call and when not allowed
     (the default: no policy, no exposure)."""
-    from ..context import _current_call  # the context module imports this package
-
-    call = _current_call.get()
+    call = active_call.get()
     if call is None:
         return None
-    return exposed_view(call.ctx.data, call.options.operation_name, call.options.tags)
+    state = call.state
+    data = ContextData(state.coord, state.path, lambda: state.closed)
+    return exposed_view(data, call.options.operation_name, call.options.tags)
