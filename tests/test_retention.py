@@ -40,9 +40,12 @@ def test_never_closed_child_under_closed_root_expires(short: Coordinator) -> Non
     child = root.spawn_child()
     grandchild = child.spawn_child()
     assert grandchild.wrap_llm_call(lambda: report_usage(cost_usd=0.01)) == Decision.ALLOW
+    grandchild.data.set("note", "expires with the tree")  # context data keys too
     short.store.flush()
     ids = [root.chain_id, child.chain_id, grandchild.chain_id]
-    assert len(_tree_keys(short.client, root.chain_id, ids)) >= 9
+    keys = _tree_keys(short.client, root.chain_id, ids)
+    assert len(keys) >= 9
+    assert KS.prefix + ":{" + root.chain_id + "}:data:" + grandchild.chain_id in keys
     root.close()  # the child and grandchild are never closed
     for key in _tree_keys(short.client, root.chain_id, ids):
         assert 0 < short.client.ttl(key) <= 1, key

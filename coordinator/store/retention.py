@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..core.data_keys import DataKeys
 from ..core.keys import KeySpace
 from .topology import Client
 
@@ -27,15 +28,17 @@ def walk(client: Client, ks: KeySpace, root: str) -> list[str]:
 
 def _context_keys(ks: KeySpace, root: str, ctx_id: str) -> Iterator[str]:
     yield from (ks.ctx(root, ctx_id), ks.nodes(root, ctx_id), ks.events(root, ctx_id),
-                ks.kids(root, ctx_id), ks.locator(ctx_id))
+                ks.kids(root, ctx_id), ks.locator(ctx_id),
+                *DataKeys(ks).context_keys(root, ctx_id))
 
 
 def tree_keys(ks: KeySpace, root: str, contexts: list[str]) -> list[str]:
-    """Every key of a tree: each context's hash, streams, children and locator, and the
-    tree's own (reservations, leases, ledger, finished and keyed outcomes)."""
+    """Every key of a tree: each context's hash, streams, children, locator and context
+    data, and the tree's own (reservations, leases, ledger, finished and keyed outcomes,
+    checkpoints, causal chain)."""
     keys = [k for cid in contexts for k in _context_keys(ks, root, cid)]
     return keys + [ks.reservations(root), ks.leases(root), ks.ledger(root), ks.done(root),
-                   ks.finished(root)]
+                   ks.finished(root), *DataKeys(ks).tree_keys(root)]
 
 
 def expire_tree(client: Client, ks: KeySpace, root: str, retention_s: int) -> int:
