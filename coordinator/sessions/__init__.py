@@ -15,27 +15,36 @@ from .errors import (
     TooManySessionsError,
     UnsupportedLanguageError,
 )
+from .manager import SessionManager
 from .models import (
     CodeExecutionResult,
     ExecutionSession,
     ExecutionSessionIdentity,
     SessionConfig,
 )
+from .providers import LocalKernelProvider, SandboxProvider
+from .sanitize import DEFAULT_RULES, OutputSanitizer, RedactionRule
 from .store import SessionStore
 
 __all__ = [
+    "DEFAULT_RULES",
     "CodeExecutionResult",
     "EgressDeniedError",
     "ExecutionRefusedError",
     "ExecutionSession",
     "ExecutionSessionIdentity",
     "InvalidSessionInputError",
+    "LocalKernelProvider",
+    "OutputSanitizer",
+    "RedactionRule",
     "SandboxElsewhereError",
     "SandboxLostError",
+    "SandboxProvider",
     "SessionConfig",
     "SessionCreationError",
     "SessionCreationTimeoutError",
     "SessionError",
+    "SessionManager",
     "SessionStore",
     "SessionStoreUnavailableError",
     "SessionTenantError",

@@ -268,6 +268,11 @@ class SessionStore:
                                                 conversation_id=conversation, path_id=path))
         return out
 
+    def now_ms(self) -> int:
+        """Redis time in ms (the one clock of expiry)."""
+        sec, usec = self._run("time", self.client.time)
+        return int(sec) * 1000 + int(usec) // 1000
+
     def tenants(self) -> list[str]:
         """Tenants that have had sessions (this store's own tenant only, if it has one)."""
         if self.tenant:
