@@ -11,8 +11,9 @@ import time
 
 from ..context import ExecutionContext
 from ..coordinator import Coordinator
-from ..models import ExecutionConfig
+from ..models import Decision, ExecutionConfig
 from .errors import (
+    EgressDeniedError,
     SandboxElsewhereError,
     SandboxLostError,
     SessionCreationError,
@@ -118,7 +119,9 @@ class SessionManager:
                   "conversation_id": identity.conversation_id, "path_id": identity.path_id}
         budget: ExecutionContext | None = None
         try:
-            budget = (parent.spawn_child() if parent is not None
+            # The conversation's hooks (before_tool_call, before_egress) also guard the
+            # session's executions in this process.
+            budget = (parent.spawn_child(pipeline=parent.pipeline) if parent is not None
                       else ExecutionContext(self.root_budget, coordinator=self.coordinator))
             sandbox = self.provider.create(labels, timeout_s=cfg.creation_timeout_ms / 1000,
                                            ttl_s=cfg.ttl_ms / 1000,
@@ -193,6 +196,19 @@ class SessionManager:
         """Run ``code`` in the path's session (created when needed) as a budgeted tool
         call of the session's context. See :mod:`coordinator.sessions.execute`."""
         return execute_code(self, identity, code, language, parent)
+
+    def check_egress(self, identity: ExecutionSessionIdentity, url: str, *,
+                     parent: ExecutionContext | None = None) -> Decision:
+        """Ask the conversation's ``before_egress`` hooks whether the session may reach
+        ``url`` (call it before handing a URL to code or a sandbox's network allowlist):
+        ALLOW, or EgressDeniedError. The hooks are ``parent``'s, else those of the
+        session's budget context in this process."""
+        ctx = parent if parent is not None else self.budget_for(self.get_or_create(identity))
+        decision = ctx.check_egress(url)
+        if decision != Decision.ALLOW:
+            self.metrics.errors.labels(kind="egress_denied").inc()
+            raise EgressDeniedError(url)
+        return decision
 
     # -- ending ----------------------------------------------------------------------
 

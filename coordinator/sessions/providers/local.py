@@ -10,6 +10,7 @@ connection file; a process on another host is told where the sandbox lives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -23,14 +24,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import SandboxElsewhereError, SandboxLostError, UnsupportedLanguageError
 from ..models import Language
 from .base import OutputBuffer, RunOutput, SandboxInfo
 
+T = TypeVar("T")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 INTERRUPT_GRACE_S = 5.0
 """How long an interrupted kernel may take to come back idle before it counts as lost."""
@@ -69,15 +72,39 @@ def _pid_alive(pid: int, connection_file: str) -> bool:
     return connection_file.encode() in raw
 
 
+class _Worker:
+    """One thread that does all of a kernel's jupyter_client I/O. jupyter_client's
+    blocking API runs an asyncio loop per calling thread and never closes it; one thread
+    per kernel, whose loop is closed with it, keeps that bounded and tidy."""
+
+    def __init__(self, name: str) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        return self._pool.submit(fn).result()
+
+    def close(self) -> None:
+        def close_loop() -> None:
+            from jupyter_core.utils import ensure_event_loop
+
+            loop = ensure_event_loop()  # the one this thread's jupyter calls used
+            if not loop.is_running():
+                loop.close()
+        with contextlib.suppress(RuntimeError):
+            self._pool.submit(close_loop).result()
+        self._pool.shutdown(wait=True)
+
+
 class KernelSandbox:
     """One kernel, connected from this process."""
 
-    def __init__(self, info: SandboxInfo, client: Any, manager: Any | None) -> None:
+    def __init__(self, info: SandboxInfo, client: Any, manager: Any | None,
+                 worker: _Worker) -> None:
         self._info = info
         self._client = client
         self._manager = manager  # set when this process started the kernel
+        self._worker = worker
         self._pid = int(info.connection["pid"])
-        self._lock = threading.Lock()
         self._interrupted = False
 
     @property
@@ -99,11 +126,10 @@ class KernelSandbox:
             max_output_chars: int) -> RunOutput:
         if language != "python":
             raise UnsupportedLanguageError(language, "local")
-        with self._lock:
-            self._interrupted = False
-            return self._run(code, timeout_s, max_output_chars)
+        return self._worker.call(lambda: self._run(code, timeout_s, max_output_chars))
 
     def _run(self, code: str, timeout_s: float, max_chars: int) -> RunOutput:
+        self._interrupted = False
         kc = self._client
         msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
         buf = OutputBuffer(max_chars)
@@ -156,16 +182,19 @@ class KernelSandbox:
             pass
 
     def close(self, *, kill: bool) -> None:
+        def stop() -> None:
+            try:
+                self._client.stop_channels()
+            finally:
+                if kill and self._manager is not None:
+                    self._manager.shutdown_kernel(now=True)
         try:
-            self._client.stop_channels()
+            self._worker.call(stop)
         finally:
-            if kill and self._manager is not None:
-                self._manager.shutdown_kernel(now=True)
-            elif kill:
-                try:
+            self._worker.close()
+            if kill and self._manager is None:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(self._pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
 
 class LocalKernelProvider:
@@ -204,14 +233,32 @@ class LocalKernelProvider:
 
     def create(self, labels: Mapping[str, str], *, timeout_s: float, ttl_s: float,
                template: str) -> KernelSandbox:
-        from jupyter_client.manager import KernelManager
-
         sandbox_id = f"local-{secrets.token_hex(8)}"
         folder = self.root / sandbox_id
         workdir = folder / "work"
         workdir.mkdir(parents=True, mode=0o700)
         os.chmod(self.root, 0o700)
         conn_file = str(folder / "kernel.json")
+        worker = _Worker(sandbox_id)
+        try:
+            km, kc = worker.call(lambda: self._start(folder, workdir, conn_file, labels,
+                                                     timeout_s))
+        except BaseException:
+            worker.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        pid = km.provisioner.process.pid
+        info = SandboxInfo(sandbox_id, self.host_id, {
+            "connection_file": conn_file, "pid": str(pid), "workdir": str(workdir)})
+        sandbox = KernelSandbox(info, kc, km, worker)
+        with self._lock:
+            self._open[sandbox_id] = sandbox
+        return sandbox
+
+    def _start(self, folder: Path, workdir: Path, conn_file: str, labels: Mapping[str, str],
+               timeout_s: float) -> tuple[Any, Any]:
+        from jupyter_client.manager import KernelManager
+
         # IPC (unix sockets in the 0700 folder), not TCP: no port on any interface.
         km = KernelManager(kernel_name=self.kernel_name, connection_file=conn_file,
                            transport="ipc", ip=str(folder / "ipc"))
@@ -229,15 +276,8 @@ class LocalKernelProvider:
         except BaseException:
             if km.has_kernel:
                 km.shutdown_kernel(now=True)
-            shutil.rmtree(folder, ignore_errors=True)
             raise
-        pid = km.provisioner.process.pid  # type: ignore[union-attr]
-        info = SandboxInfo(sandbox_id, self.host_id, {
-            "connection_file": conn_file, "pid": str(pid), "workdir": str(workdir)})
-        sandbox = KernelSandbox(info, kc, km)
-        with self._lock:
-            self._open[sandbox_id] = sandbox
-        return sandbox
+        return km, kc
 
     def connect(self, info: SandboxInfo) -> KernelSandbox:
         if info.host != self.host_id:
@@ -254,18 +294,28 @@ class LocalKernelProvider:
         if not (conn_file and pid.isdigit() and Path(conn_file).is_file()
                 and _pid_alive(int(pid), conn_file)):
             raise SandboxLostError(info.sandbox_id, "the kernel process is gone")
-        from jupyter_client.blocking.client import BlockingKernelClient
+        worker = _Worker(info.sandbox_id)
 
-        kc = BlockingKernelClient(connection_file=conn_file)
-        kc.load_connection_file()
-        kc.start_channels()
+        def join() -> Any:
+            from jupyter_client.blocking.client import BlockingKernelClient
+
+            kc = BlockingKernelClient(connection_file=conn_file)
+            kc.load_connection_file()
+            kc.start_channels()
+            try:
+                kc.wait_for_ready(timeout=self.startup_timeout_s)
+            except RuntimeError:
+                kc.stop_channels()
+                raise
+            return kc
+
         try:
-            kc.wait_for_ready(timeout=self.startup_timeout_s)
+            kc = worker.call(join)
         except RuntimeError as exc:
-            kc.stop_channels()
+            worker.close()
             raise SandboxLostError(info.sandbox_id, f"the kernel does not answer: {exc}"
                                    ) from exc
-        sandbox = KernelSandbox(info, kc, None)
+        sandbox = KernelSandbox(info, kc, None, worker)
         with self._lock:
             self._open[info.sandbox_id] = sandbox
         return sandbox
