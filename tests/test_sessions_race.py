@@ -1,0 +1,78 @@
+"""Concurrency of session creation, proved with OS processes and real kernels: the tenant
+cap holds under a race, and one identity gets one sandbox however many ask at once."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from pathlib import Path
+from typing import Any
+
+from coordinator import Coordinator
+from coordinator.sessions import (
+    ExecutionSessionIdentity,
+    LocalKernelProvider,
+    SessionConfig,
+    SessionManager,
+    SessionStore,
+    TooManySessionsError,
+)
+from tests.procs import TEST_KEYS
+
+SPAWN = mp.get_context("spawn")
+
+
+def _racer(url: str, root: str, path_id: str, cap: int, go: Any, out: Any, done: Any
+           ) -> None:
+    coord = Coordinator.from_url(url, token_keys=TEST_KEYS)
+    manager = SessionManager(coord, LocalKernelProvider(root),
+                             SessionConfig(max_sessions_per_tenant=cap))
+    identity = ExecutionSessionIdentity(tenant_id="acme", conversation_id="c1",
+                                        path_id=path_id)
+    go.wait()
+    try:
+        session = manager.get_or_create(identity)
+        out.put(("ok", session.sandbox_id))
+    except TooManySessionsError as exc:
+        out.put(("cap", str(exc)))
+    done.wait(60)  # keep our kernel (if any) alive until every racer has answered
+    manager.close()
+    coord.close()
+
+
+def _race(url: str, root: Path, path_ids: list[str], cap: int) -> list[tuple[str, str]]:
+    go, done, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    procs = [SPAWN.Process(target=_racer, args=(url, str(root), p, cap, go, out, done))
+             for p in path_ids]
+    for p in procs:
+        p.start()
+    go.set()
+    results = [out.get(timeout=120) for _ in procs]
+    done.set()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return results
+
+
+def test_twenty_processes_race_for_a_cap_of_three(coord: Coordinator, redis_url: str,
+                                                  tmp_path: Path) -> None:
+    results = _race(redis_url, tmp_path / "k", [f"path-{i}" for i in range(20)], cap=3)
+    kinds = [kind for kind, _ in results]
+    assert kinds.count("ok") == 3 and kinds.count("cap") == 17
+    assert all("Too many active analysis sessions" in msg
+               for kind, msg in results if kind == "cap")
+    store = SessionStore(coord.client, prefix=coord.keyspace.prefix)
+    assert len(store.list_active_for_tenant("acme")) == 3
+    # Exactly three sandboxes were ever made: refused racers created nothing.
+    assert len([d for d in (tmp_path / "k").iterdir() if d.is_dir()]) == 3
+    assert coord.client.zcard("bc:{sess:acme}:claims") == 0  # no claim left behind
+
+
+def test_one_identity_asked_by_six_processes_gets_one_sandbox(
+        coord: Coordinator, redis_url: str, tmp_path: Path) -> None:
+    results = _race(redis_url, tmp_path / "k", ["main"] * 6, cap=10)
+    assert {kind for kind, _ in results} == {"ok"}
+    assert len({sandbox for _, sandbox in results}) == 1
+    assert len([d for d in (tmp_path / "k").iterdir() if d.is_dir()]) == 1
+    store = SessionStore(coord.client, prefix=coord.keyspace.prefix)
+    assert len(store.list_active_for_tenant("acme")) == 1
