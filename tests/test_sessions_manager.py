@@ -71,6 +71,12 @@ def test_lazy_reuse_branch_isolation_and_path_events(manager: SessionManager) ->
     assert not manager.on_delete(main)  # already ended: nothing to do
     assert manager.store.list_active_for_tenant("acme") == []
 
+    m = manager.metrics
+    assert m.created.labels(provider="local")._value.get() == 2
+    assert m.terminated.labels(reason="merged")._value.get() == 1
+    assert m.executions.labels(outcome="ok")._value.get() == 3
+    assert m.active.labels(tenant="acme")._value.get() == 0
+
 
 def test_timeout_interrupts_and_keeps_the_session(manager: SessionManager) -> None:
     path = ident()

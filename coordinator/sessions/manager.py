@@ -280,7 +280,11 @@ class SessionManager:
     # -- helpers ---------------------------------------------------------------------
 
     def _ended(self, session: ExecutionSession, reason: str) -> None:
-        self._kill(info_of(session))
+        if session.provider == self.provider.name:
+            self._kill(info_of(session))
+        else:
+            log.warning("sandbox %s is a %s sandbox: this %s manager cannot kill it",
+                        session.sandbox_id, session.provider, self.provider.name)
         with self._lock:
             budget = self._budgets.pop(session.sandbox_id, None)
         if budget is not None:
