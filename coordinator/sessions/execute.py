@@ -11,7 +11,12 @@ from ..cancellation import CancellationToken
 from ..context import ExecutionContext, current_cancellation_token
 from ..models import Decision, WrapOptions
 from ..usage import report_usage
-from .errors import ExecutionRefusedError, InvalidSessionInputError, SandboxLostError
+from .errors import (
+    ExecutionRefusedError,
+    InvalidSessionInputError,
+    SandboxLostError,
+    UnsupportedLanguageError,
+)
 from .models import CodeExecutionResult, ExecutionSession, ExecutionSessionIdentity, OutputType
 from .providers.base import RunOutput, Sandbox
 from .telemetry import EXECUTE_CODE, span
@@ -35,6 +40,8 @@ def execute_code(manager: SessionManager, identity: ExecutionSessionIdentity, co
     budget raises ExecutionRefusedError; Redis failing raises (fail closed)."""
     if language not in LANGUAGES:
         raise InvalidSessionInputError("language", language, f"one of {LANGUAGES}")
+    if language not in manager.provider.languages:
+        raise UnsupportedLanguageError(language, manager.provider.name)
     if not isinstance(code, str) or len(code) > MAX_CODE_CHARS:
         raise InvalidSessionInputError("code", type(code).__name__,
                                        f"a str of at most {MAX_CODE_CHARS} characters")

@@ -82,6 +82,8 @@ class SandboxProvider(Protocol):
     """Makes and finds sandboxes of one kind."""
 
     name: str
+    languages: tuple[Language, ...]
+    """Languages its sandboxes run."""
 
     def create(self, labels: Mapping[str, str], *, timeout_s: float, ttl_s: float,
                template: str) -> Sandbox:

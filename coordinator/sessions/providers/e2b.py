@@ -71,6 +71,7 @@ class E2BProvider:
     unless ``allow_internet_access``."""
 
     name = "e2b"
+    languages: tuple[Language, ...] = ("python", "javascript")
 
     def __init__(self, *, api_key: str | None = None, allow_internet_access: bool = False
                  ) -> None:

@@ -204,6 +204,7 @@ class LocalKernelProvider:
     network (None: when the platform allows it; True: required)."""
 
     name = "local"
+    languages: tuple[Language, ...] = ("python",)
 
     def __init__(self, root: Path | str | None = None, *, host_id: str | None = None,
                  kernel_name: str = "python3", startup_timeout_s: float = 60.0,
