@@ -68,6 +68,9 @@ class SessionManager:
         self.provider: SandboxProvider = provider
         self.config = config or SessionConfig()
         self.sanitizer = sanitizer or OutputSanitizer()
+        root = getattr(provider, "root", None)
+        if root is not None:  # a local sandbox's folder is shown as /sandbox
+            self.sanitizer = self.sanitizer.with_paths({str(root): "/sandbox"})
         self.metrics = metrics or default_metrics()
         self.root_budget = root_budget
         self._sandboxes: dict[str, Sandbox] = {}

@@ -32,8 +32,9 @@ DEFAULT_RULES: tuple[RedactionRule, ...] = (
                      "[REDACTED_KEY]"),
     RedactionRule.of("bearer", r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{12,}", r"\1 [REDACTED]",
                      re.IGNORECASE),
-    RedactionRule.of("assignment", r"\b((?:api[_-]?key|secret|token|password|passwd|pwd)"
-                     r"[A-Za-z0-9_]*)(\s*[:=]\s*)(['\"]?)[^\s'\",;]{4,}\3",
+    # NAME_TOKEN = value: values of 8+ characters (not "max_tokens=4096")
+    RedactionRule.of("assignment", r"\b([A-Za-z0-9_]*(?:api[_-]?key|secret|token|password|"
+                     r"passwd|pwd)[A-Za-z0-9_]*)(\s*[:=]\s*)(['\"]?)[^\s'\",;]{8,}\3",
                      r"\1\2\3[REDACTED]\3", re.IGNORECASE),
     RedactionRule.of("url_credentials", r"(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@",
                      r"\1[REDACTED]@", re.IGNORECASE),
