@@ -348,11 +348,15 @@ class LocalKernelProvider:
             sandbox.close(kill=kill)
 
     def close(self) -> None:
-        """Kill the kernels this process started; disconnect from other processes'."""
+        """Kill the kernels this process started (and remove their folders); disconnect
+        from other processes'."""
         with self._lock:
             ids = list(self._open)
         for sandbox_id in ids:
             with self._lock:
                 sandbox = self._open.pop(sandbox_id, None)
-            if sandbox is not None:
-                sandbox.close(kill=sandbox._manager is not None)
+            if sandbox is not None and sandbox._manager is not None:
+                sandbox.close(kill=True)
+                shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
+            elif sandbox is not None:
+                sandbox.close(kill=False)
