@@ -1,4 +1,4 @@
--- session_abandon: give up a creation claim (the sandbox could not be made).
+-- session_abandon.lua: give up a creation claim (the sandbox could not be made).
 -- KEYS[1] the tenant's zset of creation claims
 -- KEYS[2] the tenant's hash of claim ids
 -- ARGV[1] member

@@ -1,4 +1,4 @@
--- session_acquire: the usable session of a path, or the right to create one. Admission
+-- session_acquire.lua: the usable session of a path, or the right to create one. Admission
 -- against the tenant cap happens here, in the same step as the claim, so that no
 -- interleaving of creators can pass the cap.
 -- KEYS[1] the session's record hash

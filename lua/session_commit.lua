@@ -1,4 +1,4 @@
--- session_commit: turn a live creation claim into an active session record.
+-- session_commit.lua: turn a live creation claim into an active session record.
 -- KEYS[1] the session's record hash
 -- KEYS[2] the tenant's set of active sessions
 -- KEYS[3] the tenant's zset of active sessions by expires_at

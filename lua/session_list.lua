@@ -1,4 +1,4 @@
--- session_list: a tenant's active sessions, from its indexes (never a keyspace scan).
+-- session_list.lua: a tenant's active sessions, from its indexes (never a keyspace scan).
 -- KEYS[1] the tenant's zset of active sessions by expires_at
 -- ARGV[1] cutoff ms: only sessions whose expires_at < cutoff; '+inf' = all active
 -- ARGV[2] limit (max members returned)

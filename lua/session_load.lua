@@ -1,4 +1,4 @@
--- session_load: one session record and the Redis time.
+-- session_load.lua: one session record and the Redis time.
 -- KEYS[1] the session's record hash
 -- ARGV    none
 -- Returns {now_ms, field1, value1, ...}; only now_ms when there is no record. The record

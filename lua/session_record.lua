@@ -1,4 +1,4 @@
--- session_record: count one execution: execution_count + 1, total_execution_time_ms +
+-- session_record.lua: count one execution: execution_count + 1, total_execution_time_ms +
 -- duration, last_used_at = now, expires_at = now + the record's ttl_ms (Redis time).
 -- KEYS[1] the session's record hash
 -- KEYS[2] the tenant's zset of active sessions by expires_at

@@ -1,4 +1,4 @@
--- session_save: upsert a session record and keep the tenant's indexes in step with its
+-- session_save.lua: upsert a session record and keep the tenant's indexes in step with its
 -- status. Admission is not checked here (get_or_create does that in session_acquire).
 -- KEYS[1] the session's record hash
 -- KEYS[2] the tenant's set of active sessions (members "<conversation>:<path>")

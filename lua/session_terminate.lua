@@ -1,4 +1,4 @@
--- session_terminate: end an active session, keeping its record for audit.
+-- session_terminate.lua: end an active session, keeping its record for audit.
 -- KEYS[1] the session's record hash
 -- KEYS[2] the tenant's set of active sessions
 -- KEYS[3] the tenant's zset of active sessions by expires_at

@@ -78,9 +78,18 @@ def test_lazy_reuse_branch_isolation_and_path_events(manager: SessionManager) ->
     assert m.active.labels(tenant="acme")._value.get() == 0
 
 
-def test_timeout_interrupts_and_keeps_the_session(manager: SessionManager) -> None:
+def test_timeout_interrupts_and_keeps_the_session(manager: SessionManager,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-must-not-leak")
     path = ident()
     manager.execute_code(path, "y = 7")
+    env = manager.execute_code(path, "import os\nprint(os.environ.get('OPENAI_API_KEY'), "
+                                     "os.environ['PATH_ID'], os.getcwd())")
+    assert env.output.split() == ["None", "main", "/sandbox/" + env.sandbox_id + "/work"]
+    if manager.provider.isolate_network:  # type: ignore[attr-defined]
+        net = manager.execute_code(path, "import socket\n"
+                                         "socket.create_connection(('1.1.1.1', 53), 2)")
+        assert "OSError" in (net.error or "") or "unreachable" in (net.error or "")
     started = time.monotonic()
     slow = manager.execute_code(path, "import time\nprint('before')\ntime.sleep(60)")
     assert time.monotonic() - started < 10

@@ -133,10 +133,16 @@ def test_bad_identity_is_a_typed_error() -> None:
 
 
 def test_store_failure_fails_closed() -> None:
-    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2,
+                         decode_responses=True)
     store = SessionStore(client)
     with pytest.raises(SessionStoreUnavailableError):
         store.load(ident())
+
+
+def test_a_bytes_client_is_refused() -> None:
+    with pytest.raises(ValueError, match="decode_responses"):
+        SessionStore(redis.Redis(host="127.0.0.1", port=1))
 
 
 def test_noscript_reload(coord: Coordinator, store: SessionStore) -> None:

@@ -153,6 +153,9 @@ class SessionStore:
     :class:`SessionStoreUnavailableError` (fail closed)."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = "bc", tenant: str = "") -> None:
+        if not client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ValueError("SessionStore needs a client made with decode_responses=True "
+                             "(as Coordinator.from_url makes it)")
         self.client = client
         self.prefix = prefix
         self.tenant = tenant
