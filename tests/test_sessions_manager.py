@@ -17,6 +17,7 @@ from coordinator.sessions import (
     ExecutionSessionIdentity,
     LocalKernelProvider,
     SandboxElsewhereError,
+    SandboxLostError,
     SessionConfig,
     SessionManager,
 )
@@ -64,7 +65,7 @@ def test_lazy_reuse_branch_isolation_and_path_events(manager: SessionManager) ->
     merged = manager.store.load(branch)
     assert merged is not None and merged.status == "terminated"
     assert merged.terminated_reason == "merged" and not manager.has_active(branch)
-    with pytest.raises(Exception, match="gone"):
+    with pytest.raises(SandboxLostError, match="gone"):
         manager.provider.connect(info_of(merged))  # its kernel was killed
     assert manager.on_archive(main)
     assert manager.store.load(main).terminated_reason == "archived"  # type: ignore[union-attr]
