@@ -92,6 +92,10 @@ def test_abort_interrupts_a_running_execution_and_kills_nothing_else(
     assert out.output.strip() == "still here"
     with pytest.raises(ExecutionRefusedError, match="aborted"):
         manager.execute_code(PATH, "print(1)", parent=conversation)
+    branch = PATH.model_copy(update={"path_id": "branch"})
+    with pytest.raises(ExecutionRefusedError, match="aborted"):
+        manager.execute_code(branch, "print(1)", parent=conversation)
+    assert manager.store.load(branch) is None  # no sandbox made for a stopped conversation
     conversation.close()
 
 

@@ -3,6 +3,8 @@ Typer sub-app; the CLI registers it as the ``sessions`` group)::
 
     budgetctl sessions list [--tenant T]     active sessions, soonest to expire first
     budgetctl sessions cleanup [--provider]  expire sessions past their TTL, kill sandboxes
+
+Until the CLI registers it: ``python -m coordinator.sessions.commands list``.
 """
 
 from __future__ import annotations
@@ -90,3 +92,7 @@ def cleanup(
     finally:
         manager.close()
         coord.close()
+
+
+if __name__ == "__main__":  # until budgetctl registers the group
+    app()

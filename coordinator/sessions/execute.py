@@ -42,6 +42,9 @@ def execute_code(manager: SessionManager, identity: ExecutionSessionIdentity, co
         raise InvalidSessionInputError("language", language, f"one of {LANGUAGES}")
     if language not in manager.provider.languages:
         raise UnsupportedLanguageError(language, manager.provider.name)
+    if parent is not None and parent.stop_reason is not None:
+        # Known stopped here already: refuse before a sandbox is made for nothing.
+        raise ExecutionRefusedError(parent.stop_reason, Decision.HALT.value)
     if not isinstance(code, str) or len(code) > MAX_CODE_CHARS:
         raise InvalidSessionInputError("code", type(code).__name__,
                                        f"a str of at most {MAX_CODE_CHARS} characters")
