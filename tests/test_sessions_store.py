@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -150,3 +151,54 @@ def test_noscript_reload(coord: Coordinator, store: SessionStore) -> None:
     store.save(i, record(i))
     coord.client.script_flush()
     assert store.load(i) is not None
+
+
+def test_claims_admit_wait_lapse_and_commit(store: SessionStore) -> None:
+    a, b = ident("a"), ident("b")
+    first = store.acquire(a, cap=1, max_executions=10, claim_id="one", claim_ttl_ms=5000)
+    assert first.kind == "claimed"
+    assert store.acquire(a, cap=1, max_executions=10, claim_id="two",
+                         claim_ttl_ms=5000).kind == "wait"  # same path: wait for it
+    capped = store.acquire(b, cap=1, max_executions=10, claim_id="three", claim_ttl_ms=5000)
+    assert capped.kind == "cap" and capped.count == 1  # a claim holds a slot of the cap
+    assert store.commit(a, claim_id="two", ttl_ms=1000, fields=_fields(a)) is None
+    made = store.commit(a, claim_id="one", ttl_ms=1000, fields=_fields(a))
+    assert made is not None and made.status == "active" and made.generation == 1
+    again = store.acquire(a, cap=1, max_executions=10, claim_id="four", claim_ttl_ms=5000)
+    assert again.kind == "existing" and again.session == made
+
+
+def test_a_lapsed_claim_cannot_commit_and_frees_its_slot(store: SessionStore) -> None:
+    a, b = ident("a"), ident("b")
+    assert store.acquire(a, cap=1, max_executions=10, claim_id="slow",
+                         claim_ttl_ms=50).kind == "claimed"
+    time.sleep(0.1)
+    assert store.acquire(b, cap=1, max_executions=10, claim_id="next",
+                         claim_ttl_ms=5000).kind == "claimed"
+    assert store.commit(a, claim_id="slow", ttl_ms=1000, fields=_fields(a)) is None
+    assert store.load(a) is None
+    assert store.abandon(b, "next") and not store.abandon(b, "next")
+
+
+def test_acquire_retires_an_exhausted_session(store: SessionStore) -> None:
+    a = ident("a")
+    store.acquire(a, cap=5, max_executions=2, claim_id="c1", claim_ttl_ms=5000)
+    store.commit(a, claim_id="c1", ttl_ms=60_000, fields=_fields(a))
+    store.record_execution(a, 1)
+    store.record_execution(a, 1)
+    got = store.acquire(a, cap=5, max_executions=2, claim_id="c2", claim_ttl_ms=5000)
+    assert got.kind == "claimed" and got.retired_sandbox == "sb-a"
+    old = store.load(a)
+    assert old is not None and old.status == "terminated"
+    assert old.terminated_reason == "rotated"
+    store.commit(a, claim_id="c2", ttl_ms=60_000,
+                 fields={**_fields(a), "sandbox_id": "sb-a2"})
+    new = store.load(a)
+    assert new is not None and new.generation == 2 and new.execution_count == 0
+    assert [h.sandbox_id for h in store.history(a)] == ["sb-a"]  # kept for audit
+
+
+def _fields(identity: ExecutionSessionIdentity) -> dict[str, str]:
+    return {"tenant_id": identity.tenant_id, "conversation_id": identity.conversation_id,
+            "path_id": identity.path_id, "sandbox_id": f"sb-{identity.path_id}",
+            "provider": "local", "host": "h", "connection": "{}"}

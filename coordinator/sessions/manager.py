@@ -114,6 +114,8 @@ class SessionManager:
             made = self._create(identity, parent, claim_id)
             if made is not None:
                 return made
+            if time.monotonic() > deadline:  # our claim lapsed and time is up
+                raise SessionCreationTimeoutError(self.provider.name, cfg.creation_timeout_ms)
 
     def _create(self, identity: ExecutionSessionIdentity, parent: ExecutionContext | None,
                 claim_id: str) -> ExecutionSession | None:
