@@ -73,11 +73,17 @@ def test_abort_interrupts_a_running_execution_and_kills_nothing_else(
         ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=5),
         coordinator=coord)
     manager.execute_code(PATH, "kept = 'still here'", parent=conversation)
+    session = manager.store.load(PATH)
+    assert session is not None
+    started = Path(session.connection["workdir"]) / "started"
     box: dict[str, CodeExecutionResult] = {}
     runner = threading.Thread(target=lambda: box.setdefault("r", manager.execute_code(
-        PATH, "import time\nfor _ in range(600):\n    time.sleep(0.05)", parent=conversation)))
+        PATH, "import time\nopen('started', 'w').close()\nfor _ in range(600):\n"
+              "    time.sleep(0.05)", parent=conversation)))
     runner.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:  # the cell is running
+        time.sleep(0.02)
     aborted_at = time.monotonic()
     conversation.abort("user pressed stop")
     runner.join(timeout=15)

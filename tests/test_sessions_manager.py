@@ -133,11 +133,11 @@ def test_rotation_expiry_and_cleanup(coord: Coordinator, tmp_path: Path) -> None
         assert [h.sandbox_id for h in m.store.history(path)] == [a.sandbox_id]
 
         # TTL: a short one, then cleanup (no long sleeps).
-        m.config = m.config.model_copy(update={"ttl_ms": 300})
+        m.config = m.config.model_copy(update={"ttl_ms": 1500})
         other = ident("short")
         m.get_or_create(other)
         assert m.has_active(other)
-        time.sleep(0.4)
+        time.sleep(1.6)
         assert not m.has_active(other)
         assert m.cleanup_expired() == 1  # only 'short': 'main' lives 60 s
         gone = m.store.load(other)

@@ -47,7 +47,7 @@ def list_sessions(
     """Active sessions: tenant, conversation, path, sandbox, executions, expiry."""
     coord = _coordinator(redis_url)
     try:
-        store = SessionStore(coord.client, prefix=coord.keyspace.prefix, tenant=coord.tenant)
+        store = SessionStore.for_coordinator(coord)
         now = datetime.now(timezone.utc)
         rows = 0
         for t in [tenant] if tenant else store.tenants():

@@ -60,8 +60,7 @@ class SessionManager:
                  metrics: SessionMetrics | None = None,
                  root_budget: ExecutionConfig = DEFAULT_ROOT_BUDGET) -> None:
         self.coordinator = coordinator or Coordinator.default()
-        c = self.coordinator
-        self.store = SessionStore(c.client, prefix=c.keyspace.prefix, tenant=c.tenant)
+        self.store = SessionStore.for_coordinator(self.coordinator)
         if provider is None:
             from .providers.local import LocalKernelProvider
             provider = LocalKernelProvider()

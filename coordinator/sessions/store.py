@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis
 from redis.commands.core import Script
@@ -29,6 +29,9 @@ from redis.commands.core import Script
 from ..scripts import script_source
 from .errors import SessionStoreUnavailableError, SessionTenantError
 from .models import ExecutionSession, ExecutionSessionIdentity
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
 
 HISTORY_CAP = 10_000
 LIST_LIMIT = 10_000
@@ -162,6 +165,12 @@ class SessionStore:
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
         self._indexed: set[str] = set()
+
+    @classmethod
+    def for_coordinator(cls, coordinator: Coordinator) -> SessionStore:
+        """The store on a coordinator's Redis, key prefix and tenant."""
+        return cls(coordinator.client, prefix=coordinator.keyspace.prefix,
+                   tenant=coordinator.tenant)
 
     @property
     def tenants_key(self) -> str:
