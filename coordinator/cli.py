@@ -20,9 +20,10 @@ from collections.abc import Sequence
 
 import redis
 
-from .coordinator import Coordinator, default_url
+from .core.paths import Path
 from .errors import ContextNotFoundError
-from .store import Path
+from .runtime.coordinator import Coordinator
+from .runtime.settings import default_url
 
 MAX_KIDS_SHOWN = 50
 
@@ -47,7 +48,7 @@ def _line(cid: str, h: dict[str, str]) -> str:
 def render_tree(coord: Coordinator, chain_id: str) -> list[str]:
     """The subtree under ``chain_id``, one line per context: spend against its ceiling,
     calls, status. Raises ContextNotFoundError for an unknown id."""
-    root = coord.store.locate(chain_id)
+    root = coord.views.locate(chain_id)
     if root is None:
         raise ContextNotFoundError(chain_id)
     lines: list[str] = []
@@ -71,20 +72,20 @@ def render_tree(coord: Coordinator, chain_id: str) -> list[str]:
 
 
 def _abort(coord: Coordinator, chain_id: str, reason: str) -> str:
-    root = coord.store.locate(chain_id)
+    root = coord.views.locate(chain_id)
     h = coord.store.read_hash(root, chain_id) if root else {}
     if not root or not h:
         raise ContextNotFoundError(chain_id)
-    res = coord.store.abort(Path(root, tuple(h["path"].split(","))), "aborted", reason)
-    if int(res[0]) == 1:
+    reply = coord.store.abort(Path(root, tuple(h["path"].split(","))), "aborted", reason)
+    if reply.outcome == "stopped":
         return f"aborted {chain_id} and its subtree: {reason}"
-    return f"{chain_id} was already {res[1] if len(res) > 1 else 'stopped'}; nothing changed"
+    return f"{chain_id} was already {reply.status or 'stopped'}; nothing changed"
 
 
 def render_top(coord: Coordinator) -> list[str]:
     """One line per tree still open: its root's spend against its ceiling."""
     lines = []
-    for root in coord.store.active_roots():
+    for root in coord.views.active_roots():
         h = coord.store.read_hash(root, root)
         if h:
             lines.append(_line(root, h))
@@ -95,7 +96,7 @@ def render_spend(coord: Coordinator, day: str | None = None) -> list[str]:
     """Spend of the trees closed on ``day`` by org, team and service, largest first."""
     lines = []
     for label in ("org", "team", "service"):
-        view = coord.store.spend_view(label, day)
+        view = coord.views.spend_view(label, day)
         for value, micro in sorted(view.items(), key=lambda kv: -kv[1]):
             lines.append(f"{label:8s} {value:30s} {_usd(micro)}")
     return lines or ["no closed trees with org, team or service labels yet"]

@@ -23,10 +23,11 @@ from typing import IO, Any, TextIO
 import redis
 
 from .cli import render_tree
-from .context import ExecutionContext
-from .coordinator import Coordinator, default_url
+from .context.execution import ExecutionContext
 from .embedded import RedisServer
 from .models import ChainMetadata, ExecutionConfig
+from .runtime.coordinator import Coordinator
+from .runtime.settings import default_url
 
 ROLES = ["planner", "researcher", "critic", "coder", "tester", "writer",
          "summarizer", "fact-checker", "translator", "reviewer", "analyst", "editor"]

@@ -15,8 +15,8 @@ from celery import Celery
 
 from worker import contained, current_context, install
 
+from .core.usage import report_usage
 from .models import Decision, WrapOptions
-from .usage import report_usage
 
 QUEUE = os.environ.get("BUDGET_DEMO_QUEUE", "budgetctl-demo")
 

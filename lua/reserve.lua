@@ -1,6 +1,6 @@
 -- reserve.lua: hold a call's estimate at every level of its path, or refuse it.
 --
--- KEYS[1]     bc:{R}:res      hash  reservation id -> json {c = context, p = path ids, d = held}
+-- KEYS[1]     bc:{R}:res      hash  reservation id -> its record (lib.lua, new_reservation)
 -- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
 -- KEYS[3..]   per level of the path, root first, caller last, two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
@@ -129,9 +129,7 @@ end
 for lv = 1, levels do
   if #holds[lv] > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(holds[lv])) end
 end
-local rec = {c = ids[#ids], p = ids, d = held}
-if ARGV[5] == '1' then rec.k = 1 end
-redis.call('HSET', KEYS[1], id, cjson.encode(rec))
+redis.call('HSET', KEYS[1], id, cjson.encode(new_reservation(ids, held, ARGV[5] == '1')))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
 
 local out = {1, now}

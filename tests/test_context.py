@@ -329,8 +329,9 @@ def test_a_signed_token_with_a_forged_path_is_refused(coord: Coordinator) -> Non
     with ExecutionContext(config(max_cost_usd=0.1)) as root:
         child = root.spawn_child()
         # signed with the right key, but claiming the child hangs directly off... itself
-        forged = coord.codec.encode(root=root.chain_id, path=(root.chain_id, "x", child.chain_id),
-                                    tenant="", ttl_s=60, now=time.time())
+        forged = coord.token_codec().encode(
+            root=root.chain_id, path=(root.chain_id, "x", child.chain_id),
+            tenant="", ttl_s=60, now=time.time())
         with pytest.raises(TokenMalformedError):
             ExecutionContext.attach(forged)
         child.close()

@@ -13,8 +13,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from .limits import open_triples, token_limit_dims
-from .models import ChainMetadata, ExecutionConfig, TokenBudget
+from ..models import ChainMetadata, ExecutionConfig, TokenBudget
+from .amounts import open_triples, token_limit_dims
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .models import Decision, SafetyEvent
+from ..models import Decision, SafetyEvent
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.amounts import micro_to_usd, usd_to_micro
+from ..errors import InvalidConfigError
+from ..models import MAX_COUNT, MAX_USD, Decision, in_range
+from ..runtime.coordinator import Coordinator
+from ..store.errors import UNAVAILABLE
+from ..store.shield_scripts import ScriptCall, ShieldScripts, WindowCheck
 from .breaker import CircuitBreaker
-from .coordinator import Coordinator
-from .errors import InvalidConfigError
 from .hooks import RecordingHook
-from .limits import micro_to_usd, usd_to_micro
-from .models import MAX_COUNT, MAX_USD, Decision, in_range
 from .pipeline import ShieldPipeline, ToolCallContext
-from .shield_scripts import ScriptCall, ShieldScripts
-from .store import UNAVAILABLE
 
 log = logging.getLogger("coordinator")
 
@@ -139,10 +139,10 @@ class BudgetWindowHook(RecordingHook):
         holder = uuid.uuid4().hex
         if breaker is not None:
             calls.append(breaker.check_call(holder))
-        raw = self.scripts.run(calls)
-        verdict = _verdict(value, raw[0])
+        replies = self.scripts.run(calls)
+        verdict = _verdict(value, replies[0])
         if breaker is not None:
-            decision = breaker.accept(holder, raw[1])
+            decision = breaker.accept(holder, replies[1])
             if verdict.decision == Decision.ALLOW:
                 breaker.prefetch(decision)
             elif decision.allowed:
@@ -194,14 +194,14 @@ class BudgetWindowHook(RecordingHook):
             return None
         value = self.scope_value(ctx)
         try:
-            raw = self.scripts.run([ScriptCall("window", self.keys(value), [
+            reply = self.scripts.run([ScriptCall("window", self.keys(value), [
                 "charge", self._window_ms, ctx.node_id, held, actual, self._max_micro,
                 self._degrade_micro])])[0]
         except UNAVAILABLE as exc:
             log.warning("budget window %s: could not charge %s (%s)", self.name, ctx.node_id,
                         exc)
             return None
-        v = _verdict(value, raw)
+        v = _verdict(value, reply)
         if v.decision == Decision.ALLOW:
             return None
         self._emit(ctx, "budget_window_degrade", Decision.DEGRADE,
@@ -222,9 +222,9 @@ class BudgetWindowHook(RecordingHook):
                 "window_usd": v.usd, "retry_after_ms": v.retry_after_ms}
 
 
-def _verdict(value: str, raw: list[Any]) -> WindowVerdict:
-    code, calls, micro, now, retry = (int(x) for x in raw)
-    return WindowVerdict(_CODES[code], value, calls, micro_to_usd(micro), now, retry)
+def _verdict(value: str, reply: WindowCheck) -> WindowVerdict:
+    return WindowVerdict(_CODES[reply.code], value, reply.calls, micro_to_usd(reply.micro_usd),
+                         reply.now_ms, reply.retry_after_ms)
 
 
 def _validate(scope: object, max_calls: object, max_usd: object, window_s: object,

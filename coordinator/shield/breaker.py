@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .coordinator import Coordinator
-from .errors import InvalidConfigError
-from .models import MAX_COUNT, in_range
+from ..errors import InvalidConfigError
+from ..models import MAX_COUNT, in_range
+from ..runtime.coordinator import Coordinator
+from ..store.errors import UNAVAILABLE
+from ..store.shield_scripts import BreakerCheck, ScriptCall, ShieldScripts
 from .policy import PolicyContext, PolicyDecision
-from .shield_scripts import ScriptCall, ShieldScripts
-from .store import UNAVAILABLE
 
 log = logging.getLogger("coordinator")
 
@@ -118,12 +118,12 @@ class CircuitBreaker:
             return prefetched
         holder = uuid.uuid4().hex
         try:
-            raw = self.scripts.run([self.check_call(holder)])[0]
+            reply: BreakerCheck = self.scripts.run([self.check_call(holder)])[0]
         except UNAVAILABLE as exc:
             self._ticket.set(None)
             return PolicyDecision(False, f"circuit breaker {self.name!r}: Redis unavailable "
                                          f"({exc})")
-        return self.accept(holder, raw)
+        return self.accept(holder, reply)
 
     def check_call(self, holder: str) -> ScriptCall:
         """The script call of a check taking the probe for ``holder`` (to share a round
@@ -131,16 +131,15 @@ class CircuitBreaker:
         return ScriptCall("breaker_check", [self.key],
                           ["check", self._recovery_ms, holder, IDLE_TTL_MS + self._recovery_ms])
 
-    def accept(self, holder: str, raw: list[Any]) -> PolicyDecision:
-        """Turn a check's script result into the decision, remembering a probe taken."""
-        allowed, state, failures, took_probe, wait_ms = raw
-        self._ticket.set(_Ticket(holder if int(took_probe) else None, int(failures)))
-        if int(allowed):
-            reason = "half-open probe" if int(took_probe) else ""
+    def accept(self, holder: str, reply: BreakerCheck) -> PolicyDecision:
+        """Turn a check's script reply into the decision, remembering a probe taken."""
+        self._ticket.set(_Ticket(holder if reply.took_probe else None, reply.failures))
+        if reply.allowed:
+            reason = "half-open probe" if reply.took_probe else ""
             return PolicyDecision(True, reason)
-        if state == BreakerState.OPEN.value:
-            reason = (f"circuit breaker {self.name!r} is OPEN ({failures} consecutive "
-                      f"failures); retry in {int(wait_ms)} ms")
+        if reply.state == BreakerState.OPEN.value:
+            reason = (f"circuit breaker {self.name!r} is OPEN ({reply.failures} consecutive "
+                      f"failures); retry in {reply.wait_ms} ms")
         else:
             reason = (f"circuit breaker {self.name!r} is HALF_OPEN and its probe call is "
                       f"in flight elsewhere")
@@ -192,18 +191,19 @@ class CircuitBreaker:
 
     # -- state ---------------------------------------------------------------------------
 
-    def _peek(self) -> list[Any]:
+    def _peek(self) -> BreakerCheck:
         call = ScriptCall("breaker_check", [self.key],
                           ["peek", self._recovery_ms, "", IDLE_TTL_MS + self._recovery_ms])
-        return list(self.scripts.run([call])[0])
+        reply: BreakerCheck = self.scripts.run([call])[0]
+        return reply
 
     @property
     def state(self) -> BreakerState:
         """The state now, as every process sees it (HALF_OPEN once the recovery timeout
         has passed, before anyone took the probe)."""
-        return BreakerState(self._peek()[1])
+        return BreakerState(self._peek().state)
 
     @property
     def failure_count(self) -> int:
         """Consecutive failures recorded since the breaker last closed."""
-        return int(self._peek()[2])
+        return self._peek().failures

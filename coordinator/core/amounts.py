@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .errors import InvalidCostError
-from .models import (
+from ..errors import InvalidCostError
+from ..models import (
     MAX_COUNT,
     MAX_USD,
     ExecutionConfig,

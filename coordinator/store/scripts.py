@@ -9,6 +9,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from ..core.script_constants import LUA_CONSTANTS
+
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
                 "breaker_check", "breaker_record", "window")
 
@@ -18,14 +20,29 @@ def lua_dir() -> Path:
     packaged = Path(str(resources.files("coordinator"))) / "lua"
     if (packaged / "reserve.lua").is_file():
         return packaged
-    return Path(__file__).resolve().parent.parent / "lua"
+    return Path(__file__).resolve().parents[2] / "lua"
+
+
+def _lua_literal(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def prelude() -> str:
+    """The Lua locals every script starts with: the constants shared with Python
+    (coordinator/core/script_constants.py), defined there once."""
+    lines = ["-- constants from coordinator/core/script_constants.py"]
+    lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()]
+    return "\n".join(lines) + "\n"
 
 
 def script_source(name: str) -> str:
-    """The source registered for ``name``: lib.lua followed by the script itself."""
+    """The source registered for ``name``: the prelude of shared constants, lib.lua, then
+    the script itself."""
     folder = lua_dir()
     lib = (folder / "lib.lua").read_text()
-    return lib + "\n" + (folder / f"{name}.lua").read_text()
+    return prelude() + lib + "\n" + (folder / f"{name}.lua").read_text()
 
 
 class Scripts:

@@ -14,10 +14,11 @@ from collections.abc import AsyncIterable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal
 
+from ..core.usage import Usage, UsageMeter, count, current_collector, field, tokens_from_usage
+from ..errors import InvalidUsageError, TokenBudgetExceededError
+from .call import active_call
 from .cancellation import CancelledByContext
-from .context import _current_call, current_cancellation_token
-from .errors import InvalidUsageError, TokenBudgetExceededError
-from .usage import Usage, UsageMeter, count, current_collector, field, tokens_from_usage
+from .execution import current_cancellation_token
 
 OnLimit = Literal["stop", "raise"]
 # Responses API delta events that carry generated text (audio deltas are base64, not text).
@@ -145,7 +146,7 @@ class _Base:
         on_limit: OnLimit,
         count_tokens: Callable[[str], int] | None,
     ) -> None:
-        call = _current_call.get()
+        call = active_call.get()
         if call is not None:
             # The wrap's reservation is the stream's worst case: stopping there means zero
             # overshoot; its input estimate stands in until the provider states the input.

@@ -7,7 +7,7 @@ It is read, in this order, from:
 1. the JSON file named by ``BUDGET_PRICE_TABLE`` (LiteLLM's format or this package's);
 2. the copy bundled inside an installed ``litellm`` (read as a file, never imported:
    importing litellm is slow and fetches prices from the internet by default);
-3. ``coordinator/price_table.json``, a snapshot of the chat models of that map shipped
+3. ``coordinator/core/price_table.json``, a snapshot of the chat models of that map shipped
    in the wheel (regenerate it with ``deploy/update_price_table.py``).
 
 Nothing is ever fetched from the network at run time.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidUsageError
+from ..errors import InvalidUsageError
 
 SNAPSHOT = Path(__file__).with_name("price_table.json")
 ENV_TABLE = "BUDGET_PRICE_TABLE"

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from .errors import ContextNotFoundError
-from .limits import micro_to_usd, ms_to_datetime, token_limits, token_totals
-from .models import (
+from ..errors import ContextNotFoundError
+from ..models import (
     ChainMetadata,
     ContextSnapshot,
     ExecutionConfig,
     NodeRecord,
     SafetyEvent,
 )
-from .store import Path
+from .amounts import micro_to_usd, ms_to_datetime, token_limits, token_totals
+from .paths import Path
 
 
 def config_from_hash(h: dict[str, str]) -> ExecutionConfig:

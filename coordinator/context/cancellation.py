@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .errors import BudgetCoordinatorError
+from ..errors import BudgetCoordinatorError
 
 
 class CancelledByContext(BudgetCoordinatorError):

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import (
+from ..errors import (
     TenantMismatchError,
     TokenExpiredError,
     TokenMalformedError,

@@ -9,16 +9,15 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from .errors import InvalidUsageError
-from .limits import actual_amounts, check_tokens
-from .store import Refused
-from .usage import check_names
-
-if TYPE_CHECKING:
-    from .context import ExecutionContext
-    from .models import TokenTotals
+from ..core.amounts import actual_amounts, check_tokens
+from ..core.usage import check_names
+from ..errors import InvalidUsageError
+from ..models import TokenTotals
+from ..store.tree import Refused
+from .reading import limit_error, snapshot
+from .state import ContextState
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class TokenLedger:
     the ledger pub/sub channel (consumption is published by the settle script itself).
     """
 
-    def __init__(self, ctx: ExecutionContext) -> None:
-        self._ctx = ctx
+    def __init__(self, state: ContextState) -> None:
+        self._state = state
 
     def reserve(self, *, input_tokens: int = 0, output_tokens: int = 0,
                 provider: str | None = None) -> LedgerReservation:
@@ -51,16 +50,16 @@ class TokenLedger:
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             check_tokens(name, value)
         check_names(provider, None)
-        rid = secrets.token_hex(16)
+        reservation_id = secrets.token_hex(16)
         amounts = actual_amounts(0, input_tokens, output_tokens, provider)[2:]
-        ctx = self._ctx
-        res = ctx._store.reserve(ctx._path, rid, amounts)
+        state = self._state
+        res = state.store.reserve(state.path, reservation_id, amounts)
         if isinstance(res, Refused):
-            raise ctx._limit_error(res.reason, res.detail)
+            raise limit_error(state, res.reason, res.detail)
         direction: Literal["input", "output", "both"] = (
             "both" if input_tokens and output_tokens else "input" if input_tokens else "output")
-        reservation = LedgerReservation(rid, input_tokens, output_tokens, provider, direction,
-                                        ctx.chain_id)
+        reservation = LedgerReservation(reservation_id, input_tokens, output_tokens,
+                                        provider, direction, state.ctx_id)
         self._publish("reserved", reservation)
         return reservation
 
@@ -70,35 +69,40 @@ class TokenLedger:
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             check_tokens(name, value)
         self._check_own(reservation)
-        ctx = self._ctx
-        ctx._finish_reservation(reservation.reservation_id, actual_amounts(
+        self._finish(reservation, actual_amounts(
             0, input_tokens, output_tokens, reservation.provider)[2:])
 
     def rollback(self, reservation: LedgerReservation) -> None:
         """Drop a reservation whose call failed (idempotent)."""
         self._check_own(reservation)
-        self._ctx._finish_reservation(reservation.reservation_id, [])
+        self._finish(reservation, [])
         self._publish("rolled_back", reservation)
 
     def _check_own(self, reservation: LedgerReservation) -> None:
         """Raise InvalidUsageError unless ``reservation`` was made by this context's ledger
         (the settle rolls back holds along the path it is given)."""
         if not isinstance(reservation, LedgerReservation) or (
-                reservation.chain_id != self._ctx.chain_id):
+                reservation.chain_id != self._state.ctx_id):
             raise InvalidUsageError(f"{reservation!r} is not a reservation of the ledger of "
-                                    f"context {self._ctx.chain_id}")
+                                    f"context {self._state.ctx_id}")
+
+    def _finish(self, reservation: LedgerReservation, amounts: list[str | int]) -> None:
+        """Settle a reservation at ``amounts`` without counting a step or a retry."""
+        self._state.store.finish(self._state.path, reservation.reservation_id,
+                                 outcome="skip", node=None, amounts=amounts,
+                                 write_behind=False)
 
     def totals(self) -> TokenTotals:
         """Consumed and reserved tokens of the context, subtree included."""
-        return self._ctx.get_snapshot().tokens
+        return snapshot(self._state).tokens
 
     def _publish(self, change: str, r: LedgerReservation) -> None:
-        ctx = self._ctx
+        state = self._state
         event = json.dumps({
-            "type": "TokenLedgerUpdated", "chain_id": ctx.chain_id, "root": ctx.root_id,
+            "type": "TokenLedgerUpdated", "chain_id": state.ctx_id, "root": state.path.root,
             "change": change, "direction": r.direction,
             "reserved": {r.provider or "": {"input": r.input_tokens,
                                              "output": r.output_tokens}},
             "ts": int(time.time() * 1000),
         })
-        ctx._store.publish_ledger(ctx._path, event)
+        state.store.publish_ledger(state.path, event)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import Decision, SafetyEvent
+from ..models import Decision, SafetyEvent
 from .pipeline import ShieldPipeline, ToolCallContext
 
 

@@ -9,9 +9,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidUsageError
-from .limits import check_cost, check_tokens
-from .models import MAX_COUNT, MAX_LABEL, check_slug, in_range
+from ..errors import InvalidUsageError
+from ..models import MAX_COUNT, MAX_LABEL, check_slug, in_range
+from .amounts import check_cost, check_tokens
 
 
 @dataclass

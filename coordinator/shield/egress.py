@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import InvalidConfigError
+from ..errors import InvalidConfigError
+from ..models import Decision
 from .hooks import RecordingHook
-from .models import Decision
 from .pipeline import ShieldPipeline, ToolCallContext
 
 _LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
