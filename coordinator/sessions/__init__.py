@@ -1,7 +1,7 @@
 """Execution sessions: per conversation path, lazily created, reused, TTL-bound sandboxes
 whose code executions are budgeted tool calls (the E2B execution-context specification)."""
 
-from .errors import (
+from ..core.session_errors import (
     EgressDeniedError,
     ExecutionRefusedError,
     InvalidSessionInputError,
@@ -15,16 +15,16 @@ from .errors import (
     TooManySessionsError,
     UnsupportedLanguageError,
 )
-from .manager import SessionManager
-from .models import (
+from ..core.session_models import (
     CodeExecutionResult,
     ExecutionSession,
     ExecutionSessionIdentity,
     SessionConfig,
 )
+from ..store.sessions import SessionStore
+from .manager import SessionManager
 from .providers import LocalKernelProvider, SandboxProvider
 from .sanitize import DEFAULT_RULES, OutputSanitizer, RedactionRule
-from .store import SessionStore
 
 __all__ = [
     "DEFAULT_RULES",

@@ -13,11 +13,12 @@ from datetime import datetime, timezone
 
 import typer
 
-from ..coordinator import Coordinator, default_url
-from .errors import SessionError
+from ..core.session_errors import SessionError
+from ..runtime.coordinator import Coordinator
+from ..runtime.settings import default_url
+from ..store.sessions import SessionStore
 from .manager import SessionManager
 from .providers.base import SandboxProvider
-from .store import SessionStore
 
 app = typer.Typer(help="Execution sessions: sandboxes of conversation paths.",
                   no_args_is_help=True)

@@ -5,30 +5,63 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..cancellation import CancellationToken
-from ..context import ExecutionContext, current_cancellation_token
-from ..models import Decision, WrapOptions
-from ..usage import report_usage
-from .errors import (
+from ..context.cancellation import CancellationToken
+from ..context.execution import ExecutionContext, current_cancellation_token
+from ..core.session_errors import (
     ExecutionRefusedError,
     InvalidSessionInputError,
     SandboxLostError,
     UnsupportedLanguageError,
 )
-from .models import CodeExecutionResult, ExecutionSession, ExecutionSessionIdentity, OutputType
-from .providers.base import RunOutput, Sandbox
-from .telemetry import EXECUTE_CODE, span
-
-if TYPE_CHECKING:
-    from .manager import SessionManager
+from ..core.session_models import (
+    CodeExecutionResult,
+    ExecutionSession,
+    ExecutionSessionIdentity,
+    OutputType,
+    SessionConfig,
+)
+from ..core.usage import report_usage
+from ..models import Decision, WrapOptions
+from ..store.sessions import SessionStore
+from .providers.base import RunOutput, Sandbox, SandboxProvider
+from .sanitize import OutputSanitizer
+from .telemetry import EXECUTE_CODE, SessionMetrics, span
 
 LANGUAGES = ("python", "javascript")
 MAX_CODE_CHARS = 1_000_000
 
 
-def execute_code(manager: SessionManager, identity: ExecutionSessionIdentity, code: str,
+class SessionHost(Protocol):
+    """What an execution uses of :class:`~coordinator.sessions.SessionManager` (whose
+    module imports this one)."""
+
+    @property
+    def provider(self) -> SandboxProvider: ...
+    @property
+    def config(self) -> SessionConfig: ...
+    @property
+    def store(self) -> SessionStore: ...
+    @property
+    def sanitizer(self) -> OutputSanitizer: ...
+    @property
+    def metrics(self) -> SessionMetrics: ...
+
+    def get_or_create(self, identity: ExecutionSessionIdentity,
+                      parent: ExecutionContext | None = None) -> ExecutionSession: ...
+
+    def sandbox_for(self, session: ExecutionSession) -> Sandbox: ...
+
+    def budget_for(self, session: ExecutionSession) -> ExecutionContext: ...
+
+    def mark_error(self, session: ExecutionSession, error: str) -> None: ...
+
+    def terminate(self, identity: ExecutionSessionIdentity, reason: str = "manual"
+                  ) -> bool: ...
+
+
+def execute_code(manager: SessionHost, identity: ExecutionSessionIdentity, code: str,
                  language: str, parent: ExecutionContext | None) -> CodeExecutionResult:
     """See :meth:`SessionManager.execute_code`.
 
@@ -54,7 +87,7 @@ def execute_code(manager: SessionManager, identity: ExecutionSessionIdentity, co
         return result
 
 
-def _connect(manager: SessionManager, identity: ExecutionSessionIdentity,
+def _connect(manager: SessionHost, identity: ExecutionSessionIdentity,
              parent: ExecutionContext | None) -> tuple[ExecutionSession, Sandbox]:
     session = manager.get_or_create(identity, parent)
     try:
@@ -67,7 +100,7 @@ def _connect(manager: SessionManager, identity: ExecutionSessionIdentity,
         return session, manager.sandbox_for(session)
 
 
-def _execute(manager: SessionManager, identity: ExecutionSessionIdentity, code: str,
+def _execute(manager: SessionHost, identity: ExecutionSessionIdentity, code: str,
              language: Any, parent: ExecutionContext | None) -> CodeExecutionResult:
     cfg = manager.config
     session, sandbox = _connect(manager, identity, parent)
@@ -118,7 +151,7 @@ def _execute(manager: SessionManager, identity: ExecutionSessionIdentity, code: 
     return _result(manager, session, out, ms, decision)
 
 
-def _result(manager: SessionManager, session: ExecutionSession, out: RunOutput, ms: int,
+def _result(manager: SessionHost, session: ExecutionSession, out: RunOutput, ms: int,
             decision: Decision) -> CodeExecutionResult:
     clean = manager.sanitizer
     output = clean(out.output)

@@ -9,10 +9,8 @@ import secrets
 import threading
 import time
 
-from ..context import ExecutionContext
-from ..coordinator import Coordinator
-from ..models import Decision, ExecutionConfig
-from .errors import (
+from ..context.execution import ExecutionContext
+from ..core.session_errors import (
     EgressDeniedError,
     SandboxElsewhereError,
     SandboxLostError,
@@ -21,17 +19,19 @@ from .errors import (
     SessionError,
     TooManySessionsError,
 )
-from .execute import execute_code
-from .models import (
+from ..core.session_models import (
     CodeExecutionResult,
     ExecutionSession,
     ExecutionSessionIdentity,
     Language,
     SessionConfig,
 )
+from ..models import Decision, ExecutionConfig
+from ..runtime.coordinator import Coordinator
+from ..store.sessions import SessionStore, from_ms
+from .execute import execute_code
 from .providers.base import Sandbox, SandboxInfo, SandboxProvider
 from .sanitize import OutputSanitizer
-from .store import SessionStore, from_ms
 from .telemetry import GET_OR_CREATE, SessionMetrics, default_metrics, span
 
 log = logging.getLogger("coordinator.sessions")
@@ -184,9 +184,9 @@ class SessionManager:
         if known is not None:
             return known
         c = self.coordinator
-        token = c.codec.encode(root=session.budget_root, path=session.budget_path,
-                               tenant=c.tenant, ttl_s=TOKEN_TTL_S,
-                               now=c.redis_now_ms() / 1000)
+        token = c.token_codec().encode(root=session.budget_root, path=session.budget_path,
+                                       tenant=c.tenant, ttl_s=TOKEN_TTL_S,
+                                       now=c.redis_now_ms() / 1000)
         ctx = ExecutionContext.attach(token, coordinator=c)
         with self._lock:
             self._budgets[session.sandbox_id] = ctx

@@ -11,7 +11,7 @@ from typing import Any
 from opentelemetry import trace
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from .models import ExecutionSessionIdentity
+from ..core.session_models import ExecutionSessionIdentity
 
 _tracer = trace.get_tracer("coordinator.sessions")
 

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import SandboxLostError, UnsupportedLanguageError
-from ..models import Language
+from ...core.session_errors import SandboxLostError, UnsupportedLanguageError
+from ...core.session_models import Language
 from .base import OutputBuffer, RunOutput, SandboxInfo
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..models import Language
+from ...core.session_models import Language
 
 
 @dataclass
@@ -70,7 +70,7 @@ class Sandbox(Protocol):
     def run(self, code: str, language: Language, *, timeout_s: float,
             max_output_chars: int) -> RunOutput:
         """Run ``code``; on timeout interrupt it and return ``timed_out``. Raises
-        :class:`~coordinator.sessions.errors.SandboxLostError` when the sandbox dies."""
+        :class:`~coordinator.sessions.SandboxLostError` when the sandbox dies."""
         ...
 
     def interrupt(self) -> None:

@@ -7,8 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import SandboxLostError
-from ..models import Language
+from ...core.session_errors import SandboxLostError
+from ...core.session_models import Language
 from .base import OutputBuffer, RunOutput, SandboxInfo
 
 

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import SandboxElsewhereError, SandboxLostError
-from ..models import Language
+from ...core.session_errors import SandboxElsewhereError, SandboxLostError
+from ...core.session_models import Language
 from ._kernel import KernelSandbox, Worker, pid_alive
 from .base import SandboxInfo
 

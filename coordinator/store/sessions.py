@@ -21,17 +21,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import redis
 from redis.commands.core import Script
 
-from ..scripts import script_source
-from .errors import SessionStoreUnavailableError, SessionTenantError
-from .models import ExecutionSession, ExecutionSessionIdentity
-
-if TYPE_CHECKING:
-    from ..coordinator import Coordinator
+from ..core.keys import KeySpace
+from ..core.session_errors import SessionStoreUnavailableError, SessionTenantError
+from ..core.session_models import ExecutionSession, ExecutionSessionIdentity
+from .scripts import script_source
 
 HISTORY_CAP = 10_000
 LIST_LIMIT = 10_000
@@ -40,6 +38,14 @@ SCRIPT_NAMES = ("session_load", "session_save", "session_acquire", "session_comm
 _INT_FIELDS = ("execution_count", "total_execution_time_ms", "ttl_ms", "generation")
 _TIME_FIELDS = ("created_at", "last_used_at", "expires_at", "updated_at")
 T = TypeVar("T")
+
+
+class _OnRedis(Protocol):
+    """What the store reads of a Coordinator (the runtime layer, which imports this one)."""
+
+    client: redis.Redis
+    keyspace: KeySpace
+    tenant: str
 
 
 def to_ms(when: datetime) -> int:
@@ -167,7 +173,7 @@ class SessionStore:
         self._indexed: set[str] = set()
 
     @classmethod
-    def for_coordinator(cls, coordinator: Coordinator) -> SessionStore:
+    def for_coordinator(cls, coordinator: _OnRedis) -> SessionStore:
         """The store on a coordinator's Redis, key prefix and tenant."""
         return cls(coordinator.client, prefix=coordinator.keyspace.prefix,
                    tenant=coordinator.tenant)
