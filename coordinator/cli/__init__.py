@@ -6,6 +6,7 @@ group, each a ``typer.Typer()`` registered below.
     budgetctl abort ID [REASON]
     budgetctl spend [--day YYYY-MM-DD|today|yesterday] [--json]
     budgetctl demo
+    budgetctl sessions list [--tenant T] | cleanup [--provider local|e2b]
 
 ``--redis URL`` goes before or after the command (else ``BUDGET_REDIS_URL``,
 ``REDIS_URL``, ``redis://localhost:6379/0``). Exit codes: 0 done, 1 no such context (or
@@ -21,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from . import abort, demo, spend, top, tree
+from . import abort, demo, sessions, spend, top, tree
 from ._common import DEFAULT_WATCH_S
 
 app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
@@ -32,6 +33,7 @@ app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
 # a name its commands are budgetctl's own, with name="sessions" they form a group.
 for group in (top.app, tree.app, abort.app, spend.app, demo.app):
     app.add_typer(group)
+app.add_typer(sessions.app, name="sessions")
 
 
 def _version(value: bool) -> None:
