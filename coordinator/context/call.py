@@ -20,6 +20,7 @@ from typing import Any, Literal
 from ..core import pricing
 from ..core.amounts import actual_amounts, micro_to_usd, reserve_amounts, usd_to_micro
 from ..core.usage import Usage, UsageCollector, usage_from_response
+from ..data.chain import capability_called
 from ..errors import (
     BackendUnavailableError,
     DeadlineExceededError,
@@ -80,6 +81,8 @@ class Call:
     collector: UsageCollector = field(default_factory=UsageCollector)
     parent_call: str | None = None
     reserved: bool = True
+    fn: Any = None
+    """The wrapped function (the causal chain digests a partial's arguments)."""
     held: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -114,8 +117,10 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     except UNAVAILABLE as exc:
         if is_stall(exc):
             backend.failed(exc)
+        if is_stall(exc) and not keyed:
             # The reserve may have landed without its reply: withdraw it (charging
             # nothing) with the next round trip; if it lands after that, its lease ends it.
+            # (A keyed id is left to its lease: a release would mark it finished.)
             state.store.finish(state.path, call_id, outcome="skip", node=None, amounts=[],
                                write_behind=True, queue_only=True)
             state.coord.schedule_flush()
@@ -188,6 +193,10 @@ def _consult_before(call: Call) -> Outcome | None:
         decision = hook(call.tool_ctx)
         state.mirror_pipeline_events(state.pipeline)
         if decision != Decision.ALLOW:
+            if state.circuit_breaker is not None:
+                # a probe a window hook took for this call (its lease is renewed
+                # until released): the call never runs
+                state.circuit_breaker.release()
             return Outcome(decision, reason="pipeline",
                            detail=f"a pipeline hook returned {decision.value}")
     if state.circuit_breaker is not None:
@@ -202,8 +211,10 @@ def _consult_before(call: Call) -> Outcome | None:
 
 def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
          detail: str, *, offline: bool = False, level: str | None = None) -> Outcome:
-    """Record a refused call (event and node); the outcome is HALT. Refusals while
-    Redis is away record one event per run of them (a stalled Redis refuses thousands)."""
+    """Record a refused call: its node (with the reason) always, the chain-level
+    event once per reason per context (the reference's de-duplication); HALT. Refusals
+    while Redis is away record one event per run of them (a stalled Redis refuses
+    thousands)."""
     outcome = Outcome(Decision.HALT, reason=reason, detail=detail)
     if offline and state.offline_events and state.offline_events[-1].event_type == reason:
         return outcome
@@ -220,8 +231,9 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     status = reason if reason in ("aborted", "timeout") else "halted"
     now = time.time()
     record = {"node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
-              "start_ts": now, "end_ts": now, "status": status}
-    state.store.queue_event(state.path, event.model_dump_json())
+              "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
+              "stop_detail": detail or reason}
+    state.store.queue_stop_event(state.path, reason, event.model_dump_json())
     state.store.queue_node(state.path, json.dumps(record))
     state.coord.schedule_flush()
     return outcome
@@ -289,6 +301,8 @@ def complete(call: Call, result: Any) -> Steps[Outcome]:
     """Settle a call that returned: what it reported (or its response carries) is
     charged, and written behind when it fits in what was held."""
     state = call.state
+    if call.kind == "tool":
+        record_capability(call, result=result)
     try:
         usage = call.collector.usage or usage_from_response(result)
         cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
@@ -323,7 +337,12 @@ def _after_success(call: Call, cost: int) -> Decision:
     state = call.state
     decision = Decision.ALLOW
     if state.pipeline is not None and call.tool_ctx is not None:
-        decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+        # before_charge decides for LLM calls only (the reference's rule): a tool call
+        # that already ran is not turned into a HALT; hooks still learn its cost.
+        if call.kind == "llm":
+            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+        else:
+            state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
         state.mirror_pipeline_events(state.pipeline)
     if state.circuit_breaker is not None:
         state.circuit_breaker.record_success()
@@ -343,6 +362,8 @@ def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
     """Settle a call that did not complete. Returns the outcome, or None to re-raise
     (interpreter exits, outer cancellations, bad usage reports)."""
     state = call.state
+    if call.kind == "tool":
+        record_capability(call, error=exc)
     usage = call.collector.usage
     if state.circuit_breaker is not None and (
         isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
@@ -408,6 +429,16 @@ def _after_error(call: Call, exc: BaseException) -> Decision:
     if state.circuit_breaker is not None:
         state.circuit_breaker.record_failure()
     return decision
+
+
+def record_capability(call: Call, *, result: Any = None,
+                      error: BaseException | None = None) -> None:
+    """Queue the CapabilityCall event of a tool call on its tree's causal chain
+    (coordinator/data/chain.py: digests and sizes only, never the data)."""
+    state = call.state
+    capability_called(state.coord, state.path, state.metadata,
+                      operation=call.options.operation_name, node_id=call.call_id,
+                      fn=call.fn, result=result, error=error)
 
 
 def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,

@@ -39,6 +39,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
         call = drive(begin(state, owner, kind, opts))
         if isinstance(call, Outcome):
             return call
+        call.fn = fn
         vars_ = _enter(call)
         try:
             result = fn()
@@ -65,6 +66,7 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
         call = await adrive(begin(state, owner, kind, opts), io)
         if isinstance(call, Outcome):
             return call
+        call.fn = fn
         vars_ = _enter(call)
         try:
             task = loop.create_task(_as_coroutine(fn))

@@ -18,6 +18,7 @@ from ..store.connection import Client, connect, shared_dev_key
 from ..store.errors import RedisError
 from ..store.health import ping
 from ..store.io_thread import IOThread
+from ..store.topology import Durability
 from ..store.tree import Store
 from ..store.views import Views
 from .backend_health import BackendHealth
@@ -58,15 +59,20 @@ class Coordinator:
         fail_open: bool = False,
         hot_timeout_ms: int = DEFAULT_HOT_TIMEOUT_MS,
         probe_interval_ms: int = DEFAULT_PROBE_INTERVAL_MS,
+        durability: str = "local",
+        replicas: int = 1,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         self.client = client
         self.keyspace = KeySpace(validate_tenant(tenant))
         self.tenant = tenant
         self.store = Store(client, self.keyspace, lease_ms)
+        self.store.wire.durability = Durability(durability, replicas, wait_timeout_ms)
         hot_s = hot_timeout_ms / 1000
         self.hot_timeout_ms = hot_timeout_ms
         self.store.wire.hot_timeout_s = hot_s
-        self.backend = BackendHealth(lambda: ping(client, hot_s), probe_interval_ms / 1000)
+        wires = self.store.wire.topology
+        self.backend = BackendHealth(lambda: ping(wires, hot_s), probe_interval_ms / 1000)
         """The backend breaker: after a stall, calls fail closed at once until a probe
         finds Redis answering again."""
         self.io = IOThread(self.store, self.backend.allow, self.backend.failed)
@@ -91,16 +97,21 @@ class Coordinator:
     @classmethod
     def from_url(cls, url: str, *, long_timeout_ms: int | None = None,
                  **kwargs: Any) -> Coordinator:
-        """Connect to ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
-        users). Unless given here, token keys come from ``BUDGET_TOKEN_KEYS``, the tenant
-        from ``BUDGET_TENANT``, the lease from ``BUDGET_LEASE_MS``, the retention of
-        closed trees from ``BUDGET_RETENTION_S``, and the timeouts from
-        ``BUDGET_HOT_TIMEOUT_MS``, ``BUDGET_LONG_TIMEOUT_MS`` and
+        """Connect to ``url``: ``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
+        users, ``redis+sentinel://s1:26379,s2:26379/<service>`` for Sentinel,
+        ``redis+cluster://h1:p1,h2:p2`` (or a node's URL) for Redis Cluster (see
+        coordinator/store/topology.py). Unless given here, durability comes from
+        ``BUDGET_DURABILITY`` (``local`` or ``replicated``), token keys from
+        ``BUDGET_TOKEN_KEYS``, the tenant from ``BUDGET_TENANT``, the lease from
+        ``BUDGET_LEASE_MS``, the retention of closed trees from ``BUDGET_RETENTION_S``,
+        and the timeouts from ``BUDGET_HOT_TIMEOUT_MS``, ``BUDGET_LONG_TIMEOUT_MS`` and
         ``BUDGET_PROBE_INTERVAL_MS`` (see runtime/settings.py for their defaults)."""
         if long_timeout_ms is None:
             long_timeout_ms = int(os.environ.get("BUDGET_LONG_TIMEOUT_MS")
                                   or DEFAULT_LONG_TIMEOUT_MS)
         client = connect(url, socket_timeout=long_timeout_ms / 1000)
+        if "durability" not in kwargs and os.environ.get("BUDGET_DURABILITY"):
+            kwargs["durability"] = os.environ["BUDGET_DURABILITY"]
         if "token_keys" not in kwargs and os.environ.get("BUDGET_TOKEN_KEYS"):
             kwargs["token_keys"] = parse_keys(os.environ["BUDGET_TOKEN_KEYS"])
         kwargs.setdefault("tenant", os.environ.get("BUDGET_TENANT", ""))

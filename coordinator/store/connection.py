@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import secrets
 
-import redis
+from .topology import Client, client_from_url
 
-Client = redis.Redis
-"""A Redis client (redis-py), with ``decode_responses=True``."""
+__all__ = ["Client", "connect", "shared_dev_key"]
 
 
 def connect(url: str, *, socket_timeout: float = 5.0, connect_timeout: float = 2.0
             ) -> Client:
-    """A client for ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
-    users), with the timeouts of long operations (the hot path's are set on the wire)."""
-    return redis.Redis.from_url(
-        url, decode_responses=True, socket_connect_timeout=connect_timeout,
-        socket_timeout=socket_timeout, health_check_interval=30,
-    )
+    """A client for ``url`` with the timeouts of long operations (the hot path's are set
+    on the wire's connections): one server (``redis://``, ``rediss://`` for TLS,
+    ``user:pass@`` for ACL users), Sentinel (``redis+sentinel://``) or Redis Cluster
+    (``redis+cluster://``, or a node's URL); see
+    :func:`~coordinator.store.topology.client_from_url`."""
+    return client_from_url(url, socket_timeout=socket_timeout,
+                           socket_connect_timeout=connect_timeout)
 
 
 def shared_dev_key(client: Client, name: str) -> bytes:

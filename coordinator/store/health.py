@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from .connection import Client
+from .topology import Wires
 
 STALLED: tuple[type[BaseException], ...] = (
     redis.ConnectionError, redis.TimeoutError, OSError)
@@ -37,12 +37,13 @@ def set_timeouts(conn: Any, timeout_s: float) -> None:
     conn.socket_connect_timeout = timeout_s
 
 
-def ping(client: Client, timeout_s: float) -> None:
-    """One PING on a fresh connection with ``timeout_s`` for connect and reply; raises
-    when Redis does not answer in time."""
-    conn: Any = client.connection_pool.make_connection()
+def ping(wires: Wires, timeout_s: float) -> None:
+    """One PING on a fresh connection (to the primary, or a cluster's default node) with
+    ``timeout_s`` for connect and reply; raises when Redis does not answer in time."""
+    conn = wires.connection("")
     set_timeouts(conn, timeout_s)
     try:
+        wires.ready(conn)
         conn.send_command("PING")
         conn.read_response()
     finally:

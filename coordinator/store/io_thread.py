@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .errors import UNAVAILABLE
 from .health import BackendDown, is_stall
 from .requests import Blocking, Request, Reserve
 from .tree import Store
@@ -120,8 +121,10 @@ class IOThread:
         except BaseException as exc:  # noqa: BLE001 - every waiting caller gets it
             if is_stall(exc):
                 self._failed(exc)
-            for item in items:
+            for item, r in zip(items, requests, strict=True):
                 item.error = exc
+                if isinstance(r, Reserve) and isinstance(exc, UNAVAILABLE):
+                    store.unheard(r.path, r.reservation_id, r.keyed)
             return
         for item, r, reply in zip(items, requests, replies, strict=True):
             assert isinstance(r, Reserve)

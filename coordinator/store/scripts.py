@@ -6,13 +6,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import redis
 from redis.commands.core import Script
 
 from ..core.script_constants import LUA_CONSTANTS
+from .topology import Client
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window")
+                "breaker_check", "breaker_record", "window", "event_once", "propagate",
+                "data_read", "data_write", "data_merge", "data_spawn", "data_snapshot")
 
 
 def lua_dir() -> Path:
@@ -38,11 +39,12 @@ def prelude() -> str:
 
 
 def script_source(name: str) -> str:
-    """The source registered for ``name``: the prelude of shared constants, lib.lua, then
-    the script itself."""
+    """The source registered for ``name``: the prelude of shared constants, lib.lua (and
+    data_lib.lua for the context-data scripts ``data_*``), then the script itself."""
     folder = lua_dir()
-    lib = (folder / "lib.lua").read_text()
-    return prelude() + lib + "\n" + (folder / f"{name}.lua").read_text()
+    libs = ["lib.lua", "data_lib.lua"] if name.startswith("data_") else ["lib.lua"]
+    parts = [(folder / lib).read_text() for lib in libs]
+    return prelude() + "\n".join([*parts, (folder / f"{name}.lua").read_text()])
 
 
 class Scripts:
@@ -54,7 +56,7 @@ class Scripts:
     to every pipeline).
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self._client = client
         self.by_name: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
@@ -73,4 +75,5 @@ class Scripts:
 
     def queue(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
         """Queue an EVALSHA of ``name`` on a pipeline."""
-        pipe.evalsha(self.by_name[name].sha, len(keys), *keys, *args)
+        # execute_command: a cluster pipeline blocks its evalsha method, not the command
+        pipe.execute_command("EVALSHA", self.by_name[name].sha, len(keys), *keys, *args)
