@@ -51,7 +51,7 @@ class Indexer:
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._written: dict[str, tuple[object, ...]] = {}
+        self._written: dict[str, tuple[dict[str, float], list[str]]] = {}
         self._fired: set[tuple[str, str]] = set()
         self._cursor = 0.0
         self._shield_cursor = 0
@@ -146,18 +146,27 @@ class Indexer:
                 continue  # expired or never opened: the sweep drops it
             samples = [(int(a), int(b)) for a, b in json.loads(sj)] if sj else []
             used = int(h.get("u:usd") or 0)
-            rate = burn_rate(samples, now, used, int(h.get("created_ms") or now))
+            # three significant digits: a young tree's rate moves at every pass, and
+            # every move rewrites its place in the burn indexes
+            rate = float(f"{burn_rate(samples, now, used, int(h.get('created_ms') or now)):.3g}")
             row = row_from_hash(h, now, rate)
             assert row is not None
             labels = labels_of(h.get("meta"))
             old = scopes(json.loads(lj)) if lj else []
             new_samples = next_samples(samples, now, used)
             scores = sort_scores(row)
-            key = (tuple(sorted(scores.items())), tuple(scopes(labels)), rate)
-            if self._written.get(root) != key or new_samples is not None:
-                entries.append(IndexEntry(root, scores, scopes(labels), old, labels, rate,
-                                          new_samples))
-                self._written[root] = key
+            new_scopes = scopes(labels)
+            before = self._written.get(root)
+            if before is None or before[1] != new_scopes:  # (re)index in every sort
+                changed, moved = scores, True
+            else:
+                changed = {k: v for k, v in scores.items() if before[0].get(k) != v}
+                moved = False
+            if changed or new_samples is not None or moved:
+                entries.append(IndexEntry(
+                    root, changed, new_scopes, old, labels if moved else None,
+                    rate if "burn" in changed else None, new_samples))
+            self._written[root] = (scores, new_scopes)
             alerts += [a for a in crossings(row, root, self.rules, now)
                        if (a.root, a.threshold) not in self._fired]
             if totals is not None:

@@ -320,8 +320,8 @@ class Views:
                 int(sec) * 1000 + int(usec) // 1000)
 
     def write_index(self, entries: Sequence[IndexEntry]) -> None:
-        """Write each root's scores in its scopes (and leave the scopes it left), its
-        rate, samples and labels, in one round trip."""
+        """Write what changed of each root (its scores in its scopes, leaving the scopes it
+        left; its rate, samples and labels), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for e in entries:
             for scope in e.old_scopes:
@@ -331,8 +331,10 @@ class Views:
             for scope in e.scopes:
                 for sort, score in e.scores.items():
                     pipe.zadd(self.index_key(sort, scope), {e.root: score})
-            pipe.hset(f"{self.dash}:rate", e.root, repr(e.rate))
-            pipe.hset(f"{self.dash}:indexed", e.root, json.dumps(e.labels))
+            if e.rate is not None:
+                pipe.hset(f"{self.dash}:rate", e.root, repr(e.rate))
+            if e.labels is not None:
+                pipe.hset(f"{self.dash}:indexed", e.root, json.dumps(e.labels))
             if e.samples is not None:
                 pipe.hset(f"{self.dash}:samples", e.root, json.dumps(e.samples))
         pipe.execute()
@@ -417,11 +419,15 @@ class IndexEntry:
 
     root: str
     scores: dict[str, float]
+    """The scores that changed (all of them when the root is new to its scopes)."""
     scopes: list[str]
     old_scopes: list[str]
-    labels: dict[str, str]
-    rate: float
+    labels: dict[str, str] | None
+    """None: unchanged."""
+    rate: float | None
+    """None: unchanged."""
     samples: list[tuple[int, int]] | None
+    """None: unchanged."""
 
 
 def _stream_order(stream_id: str) -> tuple[int, int]:

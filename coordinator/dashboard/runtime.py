@@ -36,7 +36,7 @@ class NeedLogin(Exception):
 def _usd(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"${value:,.4f}" if abs(value) < 100 else f"${value:,.2f}"
+    return f"${value:,.4f}" if abs(value) < 1 else f"${value:,.2f}"
 
 
 def _pct(value: float | None) -> str:

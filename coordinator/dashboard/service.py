@@ -254,7 +254,7 @@ def _event(ctx_id: str, text: str) -> dict[str, Any]:
         return {"context": ctx_id, "event_type": "unreadable"}
     ts = e.get("ts")
     if isinstance(ts, (int, float)):
-        ts = datetime.fromtimestamp(ts / 1000, tz=timezone.utc).isoformat()
+        ts = datetime.fromtimestamp(ts / 1000, tz=timezone.utc).isoformat(timespec="seconds")
     meta = e.get("metadata") if isinstance(e.get("metadata"), dict) else {}
     return {"context": ctx_id, "event_type": e.get("event_type"), "decision": e.get("decision"),
             "reason": e.get("reason"), "hook": e.get("hook"), "ts": ts,
