@@ -28,6 +28,8 @@ from .redis_views import BACKEND_ERRORS, IndexEntry, Views
 log = logging.getLogger("coordinator.dashboard.indexer")
 
 CHUNK = 500
+PROVIDER_EVERY = 6
+"""Token counts by provider need each root's whole hash: read every sixth pass."""
 NEW_ROOT_SLACK_MS = 60_000
 """Creation scores come from the creating process's clock: look back this far."""
 
@@ -51,10 +53,13 @@ class Indexer:
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._written: dict[str, tuple[dict[str, float], list[str]]] = {}
+        self._written: dict[str, tuple[dict[str, float], list[str], dict[str, str]]] = {}
+        """What this leader last wrote per root: scores, scopes, labels."""
         self._fired: set[tuple[str, str]] = set()
         self._cursor = 0.0
         self._shield_cursor = 0
+        self._passes = 0
+        self.last_sweep_s = 0.0
         self._thread = threading.Thread(target=self._run, name="budget-dashboard-indexer",
                                         daemon=True)
 
@@ -89,8 +94,12 @@ class Indexer:
                 self.leading = lead
                 if lead:
                     if time.monotonic() >= next_sweep:
+                        started = time.monotonic()
                         self.sweep()
-                        next_sweep = time.monotonic() + self.sweep_s
+                        self.last_sweep_s = time.monotonic() - started
+                        # a pass never takes more than a third of the indexer's time
+                        next_sweep = time.monotonic() + max(self.sweep_s,
+                                                            2 * self.last_sweep_s)
                     else:
                         self.tick()
             except BACKEND_ERRORS as exc:
@@ -114,8 +123,11 @@ class Indexer:
     def sweep(self) -> None:
         """Re-read every open tree (in chunks), drop the closed ones from the indexes,
         rewrite the open-spend views and take one step of shield discovery."""
-        totals: dict[str, dict[str, float]] = {
-            k: {} for k in ("org", "team", "service", "provider", "stops", "held")}
+        names = ["org", "team", "service", "stops", "held"]
+        if self._passes % PROVIDER_EVERY == 0:
+            names.append("provider")
+        self._passes += 1
+        totals: dict[str, dict[str, float]] = {k: {} for k in names}
         seen: set[str] = set()
         start = 0
         while True:
@@ -149,14 +161,15 @@ class Indexer:
             # three significant digits: a young tree's rate moves at every pass, and
             # every move rewrites its place in the burn indexes
             rate = float(f"{burn_rate(samples, now, used, int(h.get('created_ms') or now)):.3g}")
-            row = row_from_hash(h, now, rate)
+            before = self._written.get(root)
+            # a context's metadata never changes after its open: parse it once
+            labels = before[2] if before is not None else labels_of(h.get("meta"))
+            row = row_from_hash(h, now, rate, labels)
             assert row is not None
-            labels = labels_of(h.get("meta"))
-            old = scopes(json.loads(lj)) if lj else []
+            old = before[1] if before is not None else scopes(json.loads(lj)) if lj else []
             new_samples = next_samples(samples, now, used)
             scores = sort_scores(row)
             new_scopes = scopes(labels)
-            before = self._written.get(root)
             if before is None or before[1] != new_scopes:  # (re)index in every sort
                 changed, moved = scores, True
             else:
@@ -166,7 +179,7 @@ class Indexer:
                 entries.append(IndexEntry(
                     root, changed, new_scopes, old, labels if moved else None,
                     rate if "burn" in changed else None, new_samples))
-            self._written[root] = (scores, new_scopes)
+            self._written[root] = (scores, new_scopes, labels)
             alerts += [a for a in crossings(row, root, self.rules, now)
                        if (a.root, a.threshold) not in self._fired]
             if totals is not None:
@@ -183,7 +196,7 @@ class Indexer:
             self.views.write_index(entries)
         if alerts:
             self._emit(alerts)
-        if totals is not None and token_roots:
+        if totals is not None and token_roots and "provider" in totals:
             for h in self.views.full_hashes(token_roots):
                 for provider, count in _provider_tokens(h).items():
                     totals["provider"][provider] = totals["provider"].get(provider, 0) + count

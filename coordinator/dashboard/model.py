@@ -140,8 +140,10 @@ class Row:
         return asdict(self)
 
 
-def row_from_hash(h: Mapping[str, Any], now_ms: int, rate: float = 0.0) -> Row | None:
-    """A row from a context hash (as read with ROW_FIELDS); None for a missing context."""
+def row_from_hash(h: Mapping[str, Any], now_ms: int, rate: float = 0.0,
+                  labels: dict[str, str] | None = None) -> Row | None:
+    """A row from a context hash (as read with ROW_FIELDS); None for a missing context.
+    ``labels``: the context's labels when already parsed from its metadata."""
     if not h.get("status"):
         return None
     used, held, limit = _int(h, "u:usd"), _int(h, "h:usd"), _int(h, "l:usd")
@@ -153,7 +155,8 @@ def row_from_hash(h: Mapping[str, Any], now_ms: int, rate: float = 0.0) -> Row |
         id=str(h.get("id") or ""), status=status,
         reason=str(h["reason"]) if status == "stopped" and h.get("reason") else None,
         detail=str(h["detail"]) if status == "stopped" and h.get("detail") else None,
-        labels=labels_of(h.get("meta")), spend_usd=used / 1e6, held_usd=held / 1e6,
+        labels=labels if labels is not None else labels_of(h.get("meta")),
+        spend_usd=used / 1e6, held_usd=held / 1e6,
         ceiling_usd=limit / 1e6 if limit else None,
         fraction=used / limit if limit else None,
         steps=_int(h, "u:steps"), max_steps=_int(h, "l:steps") or None,

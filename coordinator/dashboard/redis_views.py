@@ -321,22 +321,33 @@ class Views:
 
     def write_index(self, entries: Sequence[IndexEntry]) -> None:
         """Write what changed of each root (its scores in its scopes, leaving the scopes it
-        left; its rate, samples and labels), in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
+        left; its rate, samples and labels), in one round trip of one command per key
+        touched (members of one index go in one ZADD)."""
+        zadd: dict[str, dict[str, float]] = {}
+        zrem: dict[str, list[str]] = {}
+        hashes: dict[str, dict[Any, Any]] = {"rate": {}, "indexed": {}, "samples": {}}
         for e in entries:
             for scope in e.old_scopes:
                 if scope not in e.scopes:
                     for sort in SORTS:
-                        pipe.zrem(self.index_key(sort, scope), e.root)
+                        zrem.setdefault(self.index_key(sort, scope), []).append(e.root)
             for scope in e.scopes:
                 for sort, score in e.scores.items():
-                    pipe.zadd(self.index_key(sort, scope), {e.root: score})
+                    zadd.setdefault(self.index_key(sort, scope), {})[e.root] = score
             if e.rate is not None:
-                pipe.hset(f"{self.dash}:rate", e.root, repr(e.rate))
+                hashes["rate"][e.root] = repr(e.rate)
             if e.labels is not None:
-                pipe.hset(f"{self.dash}:indexed", e.root, json.dumps(e.labels))
+                hashes["indexed"][e.root] = json.dumps(e.labels)
             if e.samples is not None:
-                pipe.hset(f"{self.dash}:samples", e.root, json.dumps(e.samples))
+                hashes["samples"][e.root] = json.dumps(e.samples)
+        pipe = self.client.pipeline(transaction=False)
+        for key, members in zrem.items():
+            pipe.zrem(key, *members)
+        for key, scores in zadd.items():
+            pipe.zadd(key, scores)
+        for name, values in hashes.items():
+            if values:
+                pipe.hset(f"{self.dash}:{name}", mapping=values)
         pipe.execute()
 
     def unindex(self, gone: Mapping[str, Sequence[str]]) -> None:
@@ -358,14 +369,22 @@ class Views:
         return [{str(k): str(v) for k, v in h.items()} for h in pipe.execute()]
 
     def write_aggregates(self, views: Mapping[str, Mapping[str, float]], ttl_s: int) -> None:
-        """Replace the open-trees views (``P:dash:open:<name>``) atomically each."""
-        pipe = self.client.pipeline(transaction=True)
+        """Replace the open-trees views (``P:dash:open:<name>``): new values written,
+        values gone deleted (no moment without a view; no cross-key transaction, which
+        a Redis Cluster would refuse)."""
+        keys = {name: f"{self.dash}:open:{name}" for name in views}
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys.values():
+            pipe.hkeys(key)
+        old = dict(zip(keys, pipe.execute(), strict=True))
+        pipe = self.client.pipeline(transaction=False)
         for name, values in views.items():
-            key = f"{self.dash}:open:{name}"
-            pipe.delete(key)
             if values:
-                pipe.hset(key, mapping={k: int(v) for k, v in values.items()})
-                pipe.expire(key, ttl_s)
+                pipe.hset(keys[name], mapping={k: int(v) for k, v in values.items()})
+                pipe.expire(keys[name], ttl_s)
+            gone = [str(k) for k in old[name] if str(k) not in values]
+            if gone:
+                pipe.hdel(keys[name], *gone)
         pipe.execute()
 
     def add_closed_provider(self, day: str, by_provider: Mapping[str, int], ttl_s: int) -> None:
