@@ -3,6 +3,11 @@ filters, credentials."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
 import pytest
 
 from coordinator.dashboard.auth import Auth, hash_password
@@ -92,3 +97,14 @@ def test_credentials() -> None:
         with pytest.raises(ValueError):
             Auth.parse(users, tokens)
     assert not Auth.parse().configured
+
+
+def test_the_wheel_ships_the_templates_and_static_files(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                    str(tmp_path), str(root)], check=True, capture_output=True)
+    names = set(zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist())
+    package = root / "coordinator" / "dashboard"
+    for folder in ("templates", "static"):
+        for f in (package / folder).iterdir():
+            assert f"coordinator/dashboard/{folder}/{f.name}" in names

@@ -117,8 +117,12 @@ class Indexer:
         roots = dirty | {r for r, _ in new if r not in self._written}
         if new:
             self._cursor = max(self._cursor, max(s for _, s in new))
+        fresh = [r for r in roots if r not in self._written]
         for i in range(0, len(roots), CHUNK):
             self.index(sorted(roots)[i:i + CHUNK])
+        placed = [r for r in fresh if r in self._written]
+        if placed:
+            self.views.announce(placed)
 
     def sweep(self) -> None:
         """Re-read every open tree (in chunks), drop the closed ones from the indexes,
@@ -138,7 +142,11 @@ class Indexer:
             roots = [r for r, _ in chunk]
             seen.update(roots)
             self._cursor = max(self._cursor, max(s for _, s in chunk))
+            fresh = [r for r in roots if r not in self._written]
             self.index(roots, totals)
+            placed = [r for r in fresh if r in self._written]
+            if placed:
+                self.views.announce(placed)
         indexed = self.views.indexed()
         gone = {r: labels for r, labels in indexed.items() if r not in seen}
         if gone:

@@ -1,10 +1,11 @@
 """Live updates: one Redis subscription and one poll per dashboard process, fanned out
 to every browser's server-sent event stream.
 
-The subscription hears stops (``bc:abort``), ledger updates and alerts at once; the
-poll (every ``tick_s``) re-reads the roots that some open page shows, once for all the
-pages that show them, and reports the ones that changed (a settle of a cost-only call
-publishes nothing) and the trees opened since the last poll."""
+The subscription hears stops (``bc:abort``), ledger updates, alerts and the trees the
+indexer has just placed in its indexes (so an overview refreshes when a new tree can be
+listed); the poll (every ``tick_s``) re-reads the roots that some open page shows, once
+for all the pages that show them, and reports the ones that changed (a settle of a
+cost-only call publishes nothing)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,6 @@ class Live:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._last: dict[tuple[str, str], tuple[str, ...]] = {}
-        self._cursor: dict[str, float] = {}
         self._channels = {ch: t for t, v in self.views.items() for ch in v.channels()}
         self._thread = threading.Thread(target=self._run, name="budget-dashboard-live",
                                         daemon=True)
@@ -134,6 +134,10 @@ class Live:
             return
         try:
             msg = json.loads(data)
+            if channel.endswith(":dash:index"):  # the indexer placed trees just opened
+                self.publish({"type": "new", "tenant": tenant,
+                              "roots": [str(r) for r in msg["roots"]][:100]})
+                return
             root = str(msg["root"])
         except (ValueError, KeyError, TypeError):
             return
@@ -167,12 +171,3 @@ class Live:
                     self.publish({"type": "change", "tenant": tenant, "roots": changed})
             self._last = {k: v for k, v in self._last.items()
                           if k[0] != tenant or k[1] in watched.get(tenant, ())}
-            cursor = self._cursor.get(tenant)
-            new = views.new_roots(cursor if cursor is not None else time.time() * 1000, 100)
-            fresh = [r for r, s in new if cursor is None or s > cursor]
-            if new:
-                self._cursor[tenant] = max(s for _, s in new)
-            elif cursor is None:
-                self._cursor[tenant] = time.time() * 1000
-            if fresh and cursor is not None:
-                self.publish({"type": "new", "tenant": tenant, "roots": fresh})

@@ -18,6 +18,7 @@ tenant's prefix ``P`` (``bc`` or ``bc:t:<tenant>``)::
     P:dash:alerted:<root>:<threshold>   string  alert dedup (SET NX, expires)
     P:dash:leader               string  which dashboard process maintains the indexes
     P:dash:alerts               channel alerts as they are emitted
+    P:dash:index                channel trees just placed in the indexes
 """
 
 from __future__ import annotations
@@ -107,8 +108,14 @@ class Views:
         return f"{self.dash}:alerts"
 
     def channels(self) -> list[str]:
-        """The channels the live feed listens to: stops, ledger updates, alerts."""
-        return [self.ks.abort_channel, self.ks.ledger_channel, self.alert_channel]
+        """The channels the live feed listens to: stops, ledger updates, alerts, trees
+        newly indexed."""
+        return [self.ks.abort_channel, self.ks.ledger_channel, self.alert_channel,
+                f"{self.dash}:index"]
+
+    def announce(self, roots: Sequence[str]) -> None:
+        """Tell every dashboard that these trees are now in the indexes."""
+        self.client.publish(f"{self.dash}:index", json.dumps({"roots": list(roots)[:100]}))
 
     def subscribe(self, channels: Iterable[str]) -> Subscription:
         return Subscription(self.client, channels)
