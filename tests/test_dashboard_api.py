@@ -158,6 +158,12 @@ def test_abort_needs_an_operator_and_is_recorded_with_who_and_why(redis_url: str
         stop = [e for e in snap.events if e.event_type == "aborted"][0]
         assert stop.reason == "costs too much (by token-1 via dashboard)"
         assert ExecutionContext.load_snapshot("run-1", coord).status == "running"
+        # aborting it again changes nothing and says so
+        status, _, body = http.request("POST", path, token=OPERATOR_TOKEN,
+                                       body={"reason": "again"})
+        assert status == 409 and "already stopped (aborted)" in body
+        events = ExecutionContext.load_snapshot(child.chain_id, coord).events
+        assert len([e for e in events if e.event_type == "operator_abort"]) == 1
         assert http.request("POST", "/api/trees/nope/abort", token=OPERATOR_TOKEN,
                             body={"reason": "x"})[0] == 404
     root.close()
@@ -353,5 +359,63 @@ def test_without_credentials_pages_are_open_and_actions_refused(redis_url: str) 
                                        body={"reason": "x"})
         assert status == 403 and "no credentials are configured" in body
         assert ExecutionContext.load_snapshot("local-run", coord).status == "running"
+    root.close()
+    coord.close()
+
+
+def test_mounted_in_another_app(redis_url: str) -> None:
+    """create_app mounted under /budget of a parent Starlette app (whose lifespan does
+    not start the dashboard's: its threads start with the first request)."""
+    import threading
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    from coordinator.dashboard import Auth, create_app
+    from coordinator.embedded import free_port
+    from tests.dashboard_server import TOKENS, USERS
+
+    coord = coordinator(redis_url)
+    root = open_tree(coord, "mounted-run")
+    spend(root, 0.1)
+    coord.store.flush()
+    dash = create_app(coord, auth=Auth.parse(USERS, TOKENS))
+    parent = Starlette(routes=[Route("/", lambda r: PlainTextResponse("parent")),
+                               Mount("/budget", app=dash)])
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(parent, host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        http = Http(f"http://127.0.0.1:{port}")
+        assert http.request("GET", "/")[2] == "parent"
+        assert _wait(lambda: "mounted-run" in [
+            t["id"] for t in http.json("/budget/api/trees?sort=spend")["trees"]])
+        status, _, body = http.request("GET", "/budget/trees/mounted-run", token=VIEWER_TOKEN)
+        assert status == 200 and 'href="/budget/static/dashboard.css"' in body
+        assert 'data-base="/budget"' in body
+        assert http.request("GET", "/budget/static/dashboard.js")[0] == 200
+        # without a session: sent to the mounted login page, and back to the page after
+        req = urllib.request.Request(http.base + "/budget/trees/mounted-run")
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: Any, **kw: Any) -> None:
+                return None
+
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.build_opener(NoRedirect).open(req)
+        caught.value.close()
+        assert caught.value.code == 303
+        assert caught.value.headers["location"] == (
+            "/budget/login?next=/trees/mounted-run")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        dash.state.dashboard.stop()
     root.close()
     coord.close()

@@ -27,7 +27,7 @@ from .model import AlertRule
 from .pages import page_routes
 from .redis_views import BACKEND_ERRORS
 from .runtime import Dashboard, Forbidden, NeedLogin
-from .service import UnknownTenantError
+from .service import NotRunningError, UnknownTenantError
 
 HERE = Path(__file__).parent
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -104,6 +104,7 @@ def create_app(
     handlers: dict[Any, Any] = {
         ContextNotFoundError: handler(404), UnknownTenantError: handler(404),
         ValueError: handler(400), Forbidden: handler(403), NeedLogin: need_login,
+        NotRunningError: handler(409),
         **{cls: handler(503, "Redis is unavailable; this page retries in 5 s",
                         {"Retry-After": "5"}) for cls in BACKEND_ERRORS},
     }

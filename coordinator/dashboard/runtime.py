@@ -184,5 +184,8 @@ class Dashboard:
         if self.is_api(request):
             return JSONResponse({"error": "authentication required", "status": 401},
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return RedirectResponse(f"{self.base(request)}/login?next={quote(target)}", 303)
+        base, path = self.base(request), request.url.path
+        if base and path.startswith(base):
+            path = path[len(base):]  # the app's own path: login adds the mount again
+        target = path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"{base}/login?next={quote(target)}", 303)

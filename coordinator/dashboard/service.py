@@ -27,6 +27,10 @@ class UnknownTenantError(LookupError):
     """A tenant this dashboard does not serve."""
 
 
+class NotRunningError(Exception):
+    """The context to abort is already stopped or closed (nothing is changed)."""
+
+
 class _Cache:
     """Results of identical reads within ``ttl_s`` are shared: fifty pages showing the
     same view cost Redis one read, not fifty."""
@@ -188,6 +192,10 @@ class Service:
         h = views.context(root, ctx_id) if root else {}
         if root is None or not h.get("path"):
             raise ContextNotFoundError(ctx_id)
+        if h.get("status") != "running":
+            why = h.get("reason") or h.get("status")
+            raise NotRunningError(f"{ctx_id} is already {h.get('status')} ({why}); "
+                                  "nothing changed")
         path = tuple(h["path"].split(","))
         token = coord.codec.encode(root=root, path=path, tenant=coord.tenant, ttl_s=60,
                                    now=coord.redis_now_ms() / 1000)
@@ -261,4 +269,4 @@ def _event(ctx_id: str, text: str) -> dict[str, Any]:
             "actor": meta.get("actor")}
 
 
-__all__ = ["LABELS", "Service", "UnknownTenantError"]
+__all__ = ["LABELS", "NotRunningError", "Service", "UnknownTenantError"]
