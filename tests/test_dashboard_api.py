@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coordinator import ExecutionContext, SafetyEvent
+from coordinator import ChainMetadata, ExecutionContext, SafetyEvent
 from coordinator.dashboard.command import UnsafeBindError, serve
 from coordinator.embedded import RedisServer
 from tests.dashboard_server import (
@@ -90,7 +90,10 @@ def test_trees_are_listed_sorted_filtered_and_paginated(redis_url: str) -> None:
 def test_tree_detail_whole_tree_inherited_stop_nodes_events_tokens(redis_url: str) -> None:
     coord = coordinator(redis_url)
     root = open_tree(coord, "orchestrator")
-    child = root.spawn_child(max_cost_usd=0.5)
+    child = root.spawn_child(max_cost_usd=0.5, metadata=ChainMetadata(
+        request_id="task-1", chain_id="task-1", service="research",
+        tags={"celery_task": "agents.research", "celery_retries": "0",
+              "celery_host": "worker@host-b"}))
     grandchild = child.spawn_child(max_cost_usd=0.2)
     spend(grandchild, 0.05, tokens=400, provider="anthropic", operation="summarise")
     spend(root, 0.01, tokens=10, provider="openai", operation="plan")
@@ -103,6 +106,9 @@ def test_tree_detail_whole_tree_inherited_stop_nodes_events_tokens(redis_url: st
         assert set(ctxs) == {"orchestrator", child.chain_id, grandchild.chain_id}
         assert ctxs["orchestrator"]["children"] == [child.chain_id]
         assert ctxs[child.chain_id]["ceiling_usd"] == pytest.approx(0.5)
+        assert ctxs[child.chain_id]["task"] == {"name": "agents.research",
+                                                "host": "worker@host-b", "retries": "0"}
+        assert ctxs["orchestrator"]["task"] is None
         assert ctxs[grandchild.chain_id]["ceiling_usd"] == pytest.approx(0.2)
         assert ctxs[grandchild.chain_id]["spend_usd"] == pytest.approx(0.05)
         assert ctxs["orchestrator"]["spend_usd"] == pytest.approx(0.06)

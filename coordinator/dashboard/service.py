@@ -127,6 +127,7 @@ class Service:
                 data["status"] = "stopped"
                 data["stopped_by"], data["reason"], data["detail"] = inherited
             data["tokens_by_provider"] = _tokens_by_provider(h)
+            data["task"] = _task_of(h.get("meta"))
             data["children"] = read.children.get(cid, [])
             contexts[cid] = data
             for kid in data["children"]:
@@ -215,6 +216,19 @@ class Service:
 def _tag(key: str, kind: str) -> str:
     start = key.find("{" + kind)
     return key[start + 1 + len(kind): key.find("}", start)] if start >= 0 else key
+
+
+def _task_of(meta_json: str | None) -> dict[str, str] | None:
+    """The Celery task a context runs (``@contained`` tags it ``celery_task``), and where
+    when a ``celery_host`` tag says so; None for other contexts."""
+    try:
+        tags = json.loads(meta_json or "{}").get("tags") or {}
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(tags, dict) or not tags.get("celery_task"):
+        return None
+    return {"name": str(tags["celery_task"]), "host": str(tags.get("celery_host") or ""),
+            "retries": str(tags.get("celery_retries") or "0")}
 
 
 def _tokens_by_provider(h: Mapping[str, str]) -> dict[str, dict[str, int]]:
