@@ -154,3 +154,35 @@ def test_webhook_gives_up_after_its_retries() -> None:
     flaky.server.shutdown()
     flaky.server.server_close()
     assert (notifier.sent, notifier.failed, len(flaky.attempts)) == (0, 1, 3)
+
+
+def test_an_alerts_process_without_the_web_part(redis_url: str) -> None:
+    """``python -m coordinator.dashboard alerts``: the indexer and its alerts alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    coord = coordinator(redis_url)
+    root = open_tree(coord, "headless-run", ceiling=2.0)
+    coord.store.flush()
+    with WebhookReceiver() as hook:
+        env = dict(os.environ, BUDGET_ALERT_WEBHOOKS=hook.url, BUDGET_ALERT_FRACTIONS="0.5",
+                   BUDGET_DASHBOARD_SWEEP_S="1")
+        proc = subprocess.Popen([sys.executable, "-m", "coordinator.dashboard", "alerts",
+                                 "--redis", redis_url], env=env)
+        try:
+            from tests.dashboard_server import spend
+
+            spend(root, 1.2, tokens=10, provider="openai")  # 60 %: published, seen at once
+            coord.store.flush()
+            deadline = time.monotonic() + 15
+            while not hook.received and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(2)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(10) == 0
+        assert [json.loads(b)["threshold"] for _, b in hook.received] == ["fraction:0.5"]
+    root.close()
+    coord.close()
