@@ -56,10 +56,10 @@ def test_projection_to_the_ceiling() -> None:
     assert projection(1.0, 0, 0, 0).minutes_to_ceiling is None  # no ceiling
 
 
-def _row(used: int, limit: int, team: str = "a") -> object:
+def _row(used: int, limit: int, team: str = "a", age_ms: int = 2 * MIN) -> object:
     return row_from_hash({"id": "r", "status": "running", "u:usd": str(used),
-                          "l:usd": str(limit), "created_ms": "0",
-                          "meta": f'{{"team": "{team}"}}'}, 1000, 2.0)
+                          "l:usd": str(limit), "created_ms": "1",
+                          "meta": f'{{"team": "{team}"}}'}, age_ms, 2.0)
 
 
 def test_crossings_of_fractions_and_burn_and_label_rules() -> None:
@@ -71,6 +71,9 @@ def test_crossings_of_fractions_and_burn_and_label_rules() -> None:
     assert sorted(a.threshold for a in got) == ["burn:1.5", "fraction:0.3", "fraction:0.5",
                                                 "fraction:0.8", "fraction:1"]
     assert crossings(_row(10, 0), "r", rules, 5) == []  # type: ignore[arg-type]
+    # a tree younger than a minute does not alert on its (extrapolated) burn rate
+    young = crossings(_row(10, 0, "b", age_ms=30_000), "r", rules, 5)  # type: ignore[arg-type]
+    assert young == []
 
 
 def test_filters() -> None:

@@ -36,7 +36,7 @@ class Principal:
 @dataclass(frozen=True)
 class _Credential:
     principal: Principal
-    secret: str
+    secret: str = field(repr=False)
     """A plain password, or ``pbkdf2_sha256$iterations$salt$hex``."""
 
 
@@ -71,9 +71,9 @@ class Auth:
     """The configured credentials. Empty: nobody logs in, pages are open (allowed on
     127.0.0.1 only) and every action is refused."""
 
-    users: dict[str, _Credential] = field(default_factory=dict)
-    tokens: tuple[_Credential, ...] = ()
-    secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
+    users: dict[str, _Credential] = field(default_factory=dict, repr=False)
+    tokens: tuple[_Credential, ...] = field(default=(), repr=False)
+    secret_key: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
     """Signs the session cookie (``BUDGET_DASHBOARD_SECRET``; random per process else)."""
 
     @property
@@ -116,7 +116,6 @@ class Auth:
     def login(self, name: str, password: str) -> Principal | None:
         cred = self.users.get(name)
         if cred is None:
-            _matches(hash_password("x", salt="0", iterations=1), password)  # similar time
             return None
         return cred.principal if _matches(cred.secret, password) else None
 

@@ -18,6 +18,7 @@ BURN_WINDOW_MS = 5 * 60_000
 """Burn rate: USD per minute over the last five minutes."""
 SAMPLE_EVERY_MS = 10_000
 MIN_RATE_SPAN_MS = 2_000
+BURN_ALERT_MIN_AGE_MS = 60_000
 ROW_FIELDS = ("id", "status", "reason", "detail", "created_ms", "stopped_ms", "closed_ms",
               "meta", "u:usd", "h:usd", "l:usd", "u:steps", "l:steps", "u:retries",
               "u:tin", "u:tout", "depth", "parent")
@@ -231,7 +232,10 @@ def crossings(row: Row, root: str, rules: Sequence[AlertRule], now_ms: int) -> l
                     out[key] = Alert(root, row.id, key, row.fraction, row.labels,
                                      row.spend_usd, row.ceiling_usd, now_ms)
         burn = rule.burn_usd_per_min
-        if burn is not None and math.isfinite(row.usd_per_min) and row.usd_per_min >= burn:
+        # a first call of a tree a few seconds old extrapolates to a huge rate: a burn
+        # alert waits until the rate covers a minute
+        if (burn is not None and row.age_s * 1000 >= BURN_ALERT_MIN_AGE_MS
+                and math.isfinite(row.usd_per_min) and row.usd_per_min >= burn):
             key = f"burn:{burn:g}"
             out[key] = Alert(root, row.id, key, row.usd_per_min, row.labels, row.spend_usd,
                              row.ceiling_usd, now_ms)
