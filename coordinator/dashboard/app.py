@@ -66,7 +66,7 @@ def create_app(
     background: bool = True,
     live_tick_s: float = 0.5,
     sweep_s: float = 5.0,
-    cache_s: float = 0.5,
+    cache_s: float = 0.25,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve (``command.serve``) or to mount into
     another app: ``Mount("/budget", app=create_app(coord, auth=Auth.from_env()))``.

@@ -55,6 +55,7 @@ class Live:
 
     def __init__(self, views: Mapping[str, Views], *, tick_s: float = 0.5,
                  on_change: Callable[[str, str], None] | None = None) -> None:
+        """``on_change(tenant, root)`` is called for each tree an event names."""
         self.views = dict(views)
         self.tick_s = tick_s
         self.on_change = on_change

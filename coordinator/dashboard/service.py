@@ -33,32 +33,42 @@ class NotRunningError(Exception):
 
 class _Cache:
     """Results of identical reads within ``ttl_s`` are shared: fifty pages showing the
-    same view cost Redis one read, not fifty."""
+    same view cost Redis one read, not fifty (pages refresh once more ``ttl_s`` after an
+    event, so they never keep a read older than it). ``clear`` (after an action) drops
+    them, and a read that was under way when it was called is not kept."""
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self._data: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        self._data: dict[tuple[Any, ...], tuple[float, int, Any]] = {}
+        self._generation = 0
         self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._data = {}
 
     def get(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
         now = time.monotonic()
         with self._lock:
             hit = self._data.get(key)
-        if hit is not None and hit[0] > now:
-            value: T = hit[1]
+            generation = self._generation
+        if hit is not None and hit[0] > now and hit[1] == generation:
+            value: T = hit[2]
             return value
         value = read()
         with self._lock:
-            if len(self._data) > 1000:
-                self._data = {k: v for k, v in self._data.items() if v[0] > now}
-            self._data[key] = (now + self.ttl_s, value)
+            if generation == self._generation and self.ttl_s > 0:
+                if len(self._data) > 1000:
+                    self._data = {k: v for k, v in self._data.items() if v[0] > now}
+                self._data[key] = (now + self.ttl_s, generation, value)
         return value
 
 
 class Service:
     """The dashboard's data, per tenant (each tenant: its coordinator and views)."""
 
-    def __init__(self, coordinators: Mapping[str, Coordinator], cache_s: float = 0.5) -> None:
+    def __init__(self, coordinators: Mapping[str, Coordinator], cache_s: float = 0.25) -> None:
         self.coordinators = dict(coordinators)
         self.views = {t: Views(c.client, c.keyspace) for t, c in self.coordinators.items()}
         self.cache = _Cache(cache_s)
@@ -209,7 +219,7 @@ class Service:
             ctx.abort(f"{reason} (by {actor} via dashboard)")
         finally:
             ctx.close()  # an attached handle: flushes, never closes the context
-        self.cache = _Cache(self.cache.ttl_s)
+        self.cache.clear()
         return "aborted"
 
 

@@ -15,6 +15,7 @@
   var tenant = body.getAttribute("data-tenant") || "";
   var dot = document.getElementById("live-state");
   var source = null, watched = "", pending = null, inflight = false, again = false;
+  var trailing = null;
 
   function roots() {
     var el = region.querySelector("[data-roots]");
@@ -33,9 +34,18 @@
     var url = base + "/api/live?view=" + encodeURIComponent(kind) +
       "&tenant=" + encodeURIComponent(tenant) + "&roots=" + encodeURIComponent(watched);
     source = new EventSource(url);
-    source.onopen = function () { dot.className = "live-state on"; };
+    // Once the stream is open, every later change reaches this page; one refresh
+    // catches what changed before (between the page's render and now, or while the
+    // stream was reconnecting).
+    source.onopen = function () { dot.className = "live-state on"; schedule(0); };
     source.onerror = function () { dot.className = "live-state off"; };
-    source.onmessage = function () { schedule(150); };
+    source.onmessage = function () {
+      schedule(150);
+      // The server shares identical reads for 0.25 s: one more refresh after that
+      // shows a read made after the event, even if the first one got a shared read.
+      clearTimeout(trailing);
+      trailing = setTimeout(function () { schedule(0); }, 400);
+    };
   }
   function schedule(ms) {
     if (pending) { return; }
