@@ -425,3 +425,33 @@ def test_mounted_in_another_app(redis_url: str) -> None:
         dash.state.dashboard.stop()
     root.close()
     coord.close()
+
+
+def test_shield_shows_breakers_and_windows(redis_url: str) -> None:
+    import uuid
+
+    from coordinator import BudgetWindowHook, CircuitBreaker, ToolCallContext
+
+    coord = coordinator(redis_url)
+    breaker = CircuitBreaker("openai", failure_threshold=2, recovery_timeout_s=60,
+                             coordinator=coord)
+    breaker.record_failure()
+    breaker.record_failure()
+    window = BudgetWindowHook(scope="service", max_calls=10, max_usd=5.0, window_s=60,
+                              coordinator=coord)
+    for _ in range(3):
+        window.admit(ToolCallContext(request_id="req", chain_id="chain",
+                                     node_id=uuid.uuid4().hex, kind="llm", service="search",
+                                     cost_estimate_usd=0.25))
+    with dashboard(redis_url) as http:
+        data = _wait(lambda: (d := http.json("/api/shield"))["breakers"] and d)
+        assert data["breakers"] == [{"name": "openai", "state": "OPEN", "failures": 2,
+                                     "probe_holder": None,
+                                     "opened_ms": data["breakers"][0]["opened_ms"]}]
+        assert data["windows"] == [{"name": "default:service:search", "calls": 3,
+                                    "usd": pytest.approx(0.75)}]
+        status, _, page = http.request("GET", "/shield", token=VIEWER_TOKEN)
+        assert status == 200 and "OPEN" in page and "default:service:search" in page
+        metrics = http.request("GET", "/metrics", token=VIEWER_TOKEN)[2]
+        assert 'budget_breaker_state{name="openai",state="OPEN",tenant=""} 1.0' in metrics
+    coord.close()

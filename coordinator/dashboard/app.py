@@ -18,7 +18,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..coordinator import Coordinator
+from .. import Coordinator
 from ..errors import ContextNotFoundError
 from .alerts import Webhook
 from .api import api_routes

@@ -14,7 +14,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from ..coordinator import Coordinator, default_url
+from .. import Coordinator
+from ..coordinator import default_url
 from .alerts import Notifier, rules_from_env, webhooks_from_env
 from .app import create_app
 from .auth import Auth

@@ -14,7 +14,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from ..coordinator import Coordinator
+from .. import Coordinator
 from .alerts import Notifier, Webhook
 from .auth import Auth, Principal, csrf_ok, csrf_token
 from .indexer import Indexer

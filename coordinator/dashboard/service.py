@@ -10,9 +10,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from ..coordinator import Coordinator
+from .. import Coordinator, Decision, ExecutionContext, SafetyEvent
 from ..errors import ContextNotFoundError
-from ..models import Decision, SafetyEvent
 from .model import LABELS, SORTS, parse_scope, row_from_hash
 from .redis_views import Views
 
@@ -193,8 +192,6 @@ class Service:
     def abort(self, tenant: str, ctx_id: str, reason: str, actor: str, role: str) -> str:
         """Abort a context and its subtree through the public API, recording a
         SafetyEvent that names the actor and the reason. Returns the resulting status."""
-        from ..context import ExecutionContext
-
         coord = self.coordinators.get(tenant)
         if coord is None:
             raise UnknownTenantError(tenant)
