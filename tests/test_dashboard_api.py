@@ -346,6 +346,9 @@ def test_redis_down_is_a_503_page_with_retry() -> None:
             status, _, body = http.request("GET", "/api/trees", token=VIEWER_TOKEN)
             assert status == 503 and json.loads(body)["status"] == 503
             assert http.request("GET", "/healthz")[0] == 503
+            server.start()  # the same port: the dashboard answers again by itself
+            _wait(lambda: http.request("GET", "/healthz")[0] == 200)
+            assert http.request("GET", "/api/trees", token=VIEWER_TOKEN)[0] == 200
 
 
 def test_refuses_a_public_address_without_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
