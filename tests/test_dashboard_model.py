@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.dashboard.auth import Auth, hash_password
+from coordinator.dashboard.auth import Auth, LoginThrottle, hash_password
 from coordinator.dashboard.model import (
     BURN_WINDOW_MS,
     AlertRule,
@@ -111,3 +111,15 @@ def test_the_wheel_ships_the_templates_and_static_files(tmp_path: Path) -> None:
     for folder in ("templates", "static"):
         for f in (package / folder).iterdir():
             assert f"coordinator/dashboard/{folder}/{f.name}" in names
+
+
+def test_login_throttle() -> None:
+    throttle = LoginThrottle(attempts=3, window_s=60)
+    for t in (0.0, 1.0, 2.0):
+        assert not throttle.locked("amy", t)
+        throttle.failed("amy", t)
+    assert throttle.locked("amy", 3.0) and not throttle.locked("bob", 3.0)
+    assert not throttle.locked("amy", 61.0)  # the oldest failures left the window
+    throttle.failed("amy", 61.0)
+    throttle.succeeded("amy")
+    assert not throttle.locked("amy", 62.0)

@@ -115,6 +115,7 @@ def create_app(
         middleware=[Middleware(_SecurityHeaders),
                     Middleware(SessionMiddleware, secret_key=dash.auth.secret_key,
                                session_cookie="budget_dashboard", same_site="strict",
+                               https_only=dash.auth.secure_cookie,
                                max_age=12 * 3600)])
     app.state.dashboard = dash
     return app

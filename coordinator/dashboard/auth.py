@@ -75,6 +75,8 @@ class Auth:
     tokens: tuple[_Credential, ...] = field(default=(), repr=False)
     secret_key: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
     """Signs the session cookie (``BUDGET_DASHBOARD_SECRET``; random per process else)."""
+    secure_cookie: bool = False
+    """Send the session cookie over HTTPS only (``BUDGET_DASHBOARD_SECURE_COOKIE=1``)."""
 
     @property
     def configured(self) -> bool:
@@ -90,10 +92,12 @@ class Auth:
         env = os.environ if env is None else env
         return cls.parse(env.get("BUDGET_DASHBOARD_USERS", ""),
                          env.get("BUDGET_DASHBOARD_TOKENS", ""),
-                         env.get("BUDGET_DASHBOARD_SECRET") or None)
+                         env.get("BUDGET_DASHBOARD_SECRET") or None,
+                         secure_cookie=env.get("BUDGET_DASHBOARD_SECURE_COOKIE") == "1")
 
     @classmethod
-    def parse(cls, users: str = "", tokens: str = "", secret_key: str | None = None) -> Auth:
+    def parse(cls, users: str = "", tokens: str = "", secret_key: str | None = None, *,
+              secure_cookie: bool = False) -> Auth:
         """Credentials from the two specification strings (see :meth:`from_env`)."""
         parsed: dict[str, _Credential] = {}
         for i, spec in enumerate(s for s in users.split(",") if s.strip()):
@@ -111,7 +115,7 @@ class Auth:
                                  "role[@tenant]:token with a token of 16 characters or more")
             role, tenant = _role_tenant(head, f"token {i + 1}")
             creds.append(_Credential(Principal(f"token-{i + 1}", role, tenant, "bearer"), token))
-        return cls(parsed, tuple(creds), secret_key or secrets.token_hex(32))
+        return cls(parsed, tuple(creds), secret_key or secrets.token_hex(32), secure_cookie)
 
     def login(self, name: str, password: str) -> Principal | None:
         cred = self.users.get(name)
@@ -133,6 +137,32 @@ class Auth:
         name = session.get("user")
         cred = self.users.get(name) if isinstance(name, str) else None
         return cred.principal if cred is not None else None
+
+
+class LoginThrottle:
+    """Refuses a user name for a while after repeated failed logins (in this process):
+    ``attempts`` failures within ``window_s`` lock it for the rest of the window."""
+
+    def __init__(self, attempts: int = 5, window_s: float = 60.0) -> None:
+        self.attempts = attempts
+        self.window_s = window_s
+        self._failures: dict[str, list[float]] = {}
+
+    def locked(self, name: str, now: float) -> bool:
+        recent = [t for t in self._failures.get(name, []) if now - t < self.window_s]
+        self._failures[name] = recent
+        if not recent:
+            self._failures.pop(name, None)
+        return len(recent) >= self.attempts
+
+    def failed(self, name: str, now: float) -> None:
+        if len(self._failures) > 10_000:  # names tried once, long ago: forget them
+            self._failures = {k: v for k, v in self._failures.items()
+                              if v and now - v[-1] < self.window_s}
+        self._failures.setdefault(name, []).append(now)
+
+    def succeeded(self, name: str) -> None:
+        self._failures.pop(name, None)
 
 
 def csrf_token(session: dict[str, object]) -> str:

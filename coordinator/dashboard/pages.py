@@ -3,6 +3,7 @@ tree page's abort form. Each page renders the same service data as its API twin.
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -11,7 +12,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from .api import clean_reason, trees_query
-from .auth import csrf_ok, csrf_token
+from .auth import LoginThrottle, csrf_ok, csrf_token
 from .model import LABELS, SORTS
 from .runtime import Dashboard, Forbidden
 
@@ -25,6 +26,7 @@ def _safe_next(target: str | None) -> str:
 
 def page_routes(dash: Dashboard) -> list[Route]:
     svc = dash.service
+    throttle = LoginThrottle()
 
     def overview(request: Request) -> Response:
         who = dash.principal(request)
@@ -82,16 +84,25 @@ def page_routes(dash: Dashboard) -> list[Route]:
     async def login(request: Request) -> Response:
         target = _safe_next(request.query_params.get("next"))
         if request.method == "GET":
-            return dash.render(request, "login.html", target=target, failed=False)
+            return dash.render(request, "login.html", target=target, failed=False,
+                               locked=False)
         form = await request.form()
         csrf = form.get("csrf")
         if not csrf_ok(request.session, csrf if isinstance(csrf, str) else None):
             raise Forbidden("missing or wrong CSRF token; reload the login page")
         name, password = form.get("user"), form.get("password")
-        who = (dash.auth.login(name, password)
-               if isinstance(name, str) and isinstance(password, str) else None)
+        if not isinstance(name, str) or not isinstance(password, str):
+            raise ValueError("user and password are required")
+        now = time.monotonic()
+        if throttle.locked(name, now):
+            return dash.render(request, "login.html", 429, {"Retry-After": "60"},
+                               target=target, failed=False, locked=True)
+        who = await run_in_threadpool(dash.auth.login, name, password)  # PBKDF2: not here
         if who is None:
-            return dash.render(request, "login.html", 401, target=target, failed=True)
+            throttle.failed(name, now)
+            return dash.render(request, "login.html", 401, target=target, failed=True,
+                               locked=False)
+        throttle.succeeded(name)
         request.session.clear()
         request.session["user"] = who.name
         csrf_token(request.session)
