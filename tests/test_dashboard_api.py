@@ -463,3 +463,22 @@ def test_shield_shows_breakers_and_windows(redis_url: str) -> None:
         metrics = http.request("GET", "/metrics", token=VIEWER_TOKEN)[2]
         assert 'budget_breaker_state{name="openai",state="OPEN",tenant=""} 1.0' in metrics
     coord.close()
+
+
+def test_a_wide_tree_is_cut_at_the_page_limit(redis_url: str) -> None:
+    from coordinator.dashboard.redis_views import Views
+
+    coord = coordinator(redis_url)
+    root = open_tree(coord, "wide-run")
+    kids = [root.spawn_child(max_cost_usd=0.01) for _ in range(12)]
+    for kid in kids[:3]:
+        kid.spawn_child(max_cost_usd=0.001)
+    coord.store.flush()
+    views = Views(coord.client, coord.keyspace)
+    whole = views.tree("wide-run", max_contexts=100, recent=5)
+    assert len(whole.hashes) == 16 and not whole.truncated
+    cut = views.tree("wide-run", max_contexts=10, recent=5)
+    assert len(cut.hashes) == 10 and cut.truncated
+    assert all(child in cut.hashes for kids_ in cut.children.values() for child in kids_)
+    root.close()
+    coord.close()

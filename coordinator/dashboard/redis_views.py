@@ -197,7 +197,8 @@ class Views:
             for i, cid in enumerate(frontier):
                 hashes[cid] = {str(k): str(v) for k, v in res[2 * i].items()}
                 kids = sorted(str(k) for k in res[2 * i + 1])
-                room = max_contexts - len(hashes) - len(nxt)
+                # contexts taken so far: read, still to read at this depth, queued below
+                room = max_contexts - len(hashes) - (len(frontier) - i - 1) - len(nxt)
                 if len(kids) > room:
                     kids, truncated = kids[:max(0, room)], True
                 children[cid] = kids

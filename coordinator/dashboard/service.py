@@ -123,7 +123,8 @@ class Service:
         rate = views.rate(root)
         contexts: dict[str, dict[str, Any]] = {}
 
-        def walk(cid: str, inherited: tuple[str, str | None, str | None] | None) -> None:
+        def walk(cid: str, inherited: tuple[str, str | None, str | None] | None,
+                 closed_above: bool = False) -> None:
             h = read.hashes.get(cid) or {}
             row = row_from_hash(h, read.now_ms, rate if cid == root else 0.0)
             if row is None:
@@ -135,12 +136,15 @@ class Service:
             elif inherited is not None:  # an ancestor's stop halts this one too
                 data["status"] = "stopped"
                 data["stopped_by"], data["reason"], data["detail"] = inherited
+            elif closed_above and row.status == "running":  # as load_snapshot says
+                data["status"] = "closed"
+            closed_above = closed_above or row.status == "closed"
             data["tokens_by_provider"] = _tokens_by_provider(h)
             data["task"] = _task_of(h.get("meta"))
             data["children"] = read.children.get(cid, [])
             contexts[cid] = data
             for kid in data["children"]:
-                walk(kid, inherited)
+                walk(kid, inherited, closed_above)
 
         walk(root, None)
         tokens = contexts[root].get("tokens_by_provider", {})
