@@ -482,3 +482,39 @@ def test_a_wide_tree_is_cut_at_the_page_limit(redis_url: str) -> None:
     assert all(child in cut.hashes for kids_ in cut.children.values() for child in kids_)
     root.close()
     coord.close()
+
+
+def test_a_page_costs_commands_by_page_size_not_by_trees(redis_url: str) -> None:
+    from coordinator.dashboard.indexer import Indexer
+    from coordinator.dashboard.redis_views import Views
+
+    coord = coordinator(redis_url)
+    views = Views(coord.client, coord.keyspace)
+    indexer = Indexer(views)
+    counter = coordinator(redis_url).client
+
+    def commands() -> int:
+        stats: Any = counter.info("commandstats")
+        return sum(int(v["calls"]) for v in stats.values())
+
+    def page_cost(**kw: Any) -> int:
+        before = commands()
+        views.page(**kw)
+        return commands() - before - 1  # the INFO itself
+
+    trees = []
+    costs = []
+    for batch in range(2):
+        for i in range(40):
+            trees.append(open_tree(coord, f"t{batch}-{i}", team=f"team{i % 2}"))
+            spend(trees[-1], 0.001 * (i + 1))
+        coord.store.flush()
+        indexer.sweep()
+        costs.append((page_cost(sort="spend", scope=None, offset=0, limit=10),
+                      page_cost(sort="burn", scope="team=team1", offset=10, limit=10),
+                      page_cost(sort="age", scope=None, offset=0, limit=10)))
+    assert costs[0] == costs[1] == (14, 14, 14)  # 10 rows + range, size, rates, TIME
+    for ctx in trees:
+        ctx.close()
+    coord.close()
+    counter.close()
