@@ -84,6 +84,7 @@ class Indexer:
 
     def _run(self) -> None:
         next_sweep = 0.0
+        down = False
         while not self._stop.is_set():
             try:
                 lead = self.views.lead(self.owner, int(max(10.0, 3 * self.sweep_s) * 1000))
@@ -102,8 +103,13 @@ class Indexer:
                                                             2 * self.last_sweep_s)
                     else:
                         self.tick()
+                if down:
+                    log.info("indexer: Redis answers again")
+                    down = False
             except BACKEND_ERRORS as exc:
-                log.warning("indexer: Redis unavailable: %s", exc)
+                if not down:  # once per outage, not every tick
+                    log.warning("indexer: Redis unavailable (%s); retrying", exc)
+                    down = True
                 self.leading = False
             except Exception:  # the indexer must outlive a bad tree  # noqa: BLE001
                 log.exception("indexer step failed")
