@@ -38,7 +38,8 @@ def page_routes(dash: Dashboard) -> list[Route]:
 
         def link(**change: object) -> str:
             params = {"tenant": tenant, "sort": query["sort"], "label": query["label"] or "",
-                      "page": query["page"], **change}
+                      "page": query["page"],
+                      "size": query["size"] if query["size"] != 50 else "", **change}
             return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})
 
         return dash.render(request, "_rows.html" if fragment else "overview.html", who=who,
