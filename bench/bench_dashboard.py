@@ -38,6 +38,7 @@ from coordinator import (  # noqa: E402
 from coordinator.dashboard import create_app  # noqa: E402
 from coordinator.dashboard.indexer import Indexer  # noqa: E402
 from coordinator.embedded import RedisServer, free_port  # noqa: E402
+from coordinator.store.dashboard_index import DashboardIndex  # noqa: E402
 
 KEYS = {"bench": b"bench-secret-0123456789abcdef"}
 
@@ -124,7 +125,7 @@ def main() -> None:
         while not web.started:
             time.sleep(0.05)
         base = f"http://127.0.0.1:{port}"
-        indexer = Indexer(app.state.dashboard.service.views[""])
+        indexer = Indexer(DashboardIndex(coord.client, coord.keyspace))
         paths = ["/healthz", "/api/trees?sort=spend&size=50",
                  "/api/trees?sort=fraction&size=50&label=team%3Dteam3",
                  "/api/trees?sort=spend&size=50&page=150", "/?sort=spend&size=50"]

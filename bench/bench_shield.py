@@ -41,9 +41,9 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
-from coordinator.breaker import CircuitBreaker
 from coordinator.embedded import RedisServer
-from coordinator.windows import BudgetWindowHook
+from coordinator.shield.breaker import CircuitBreaker
+from coordinator.shield.windows import BudgetWindowHook
 
 _sent = {"n": 0}
 _send = AbstractConnection.send_packed_command

@@ -26,9 +26,9 @@ from typing import Any
 
 import redis
 
+from coordinator.context.streaming import metered_stream
+from coordinator.core.usage import UsageCollector, reset_collector, set_collector
 from coordinator.embedded import RedisServer
-from coordinator.streaming import metered_stream
-from coordinator.usage import UsageCollector, reset_collector, set_collector
 
 
 def openai_chunks(n: int) -> list[dict[str, Any]]:

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import redis
 
+from coordinator.core.token_codec import TokenCodec
 from coordinator.embedded import RedisServer
-from coordinator.tokens import TokenCodec
 
 
 def per_call_us(fn: Callable[[], object], n: int) -> float:

@@ -2,22 +2,22 @@
 they run. State lives in Redis; atomic Lua scripts reserve, settle and roll spend up to
 every ancestor."""
 
-from .breaker import BreakerState, CircuitBreaker
-from .cancellation import CancellationToken, CancelledByContext
-from .context import (
+from .context.cancellation import CancellationToken, CancelledByContext
+from .context.execution import (
     ExecutionContext,
     current_cancellation_token,
     current_context,
     current_limits,
 )
-from .coordinator import Coordinator
-from .egress import DenyListEgressHook
+from .context.ledger import LedgerReservation, TokenLedger
+from .context.streaming import ametered_stream, metered_stream
+from .core.pricing import model_price, set_price
+from .core.usage import report_usage
 from .errors import (
     DeadlineExceededError,
     PromptEvaluationError,
     TokenBudgetExceededError,
 )
-from .ledger import LedgerReservation, TokenLedger
 from .models import (
     ActiveLimits,
     ChainMetadata,
@@ -30,12 +30,12 @@ from .models import (
     TokenTotals,
     WrapOptions,
 )
-from .pipeline import ShieldPipeline, ToolCallContext
-from .policy import PolicyContext, PolicyDecision
-from .pricing import model_price, set_price
-from .streaming import ametered_stream, metered_stream
-from .usage import report_usage
-from .windows import BudgetWindowHook
+from .runtime.coordinator import Coordinator
+from .shield.breaker import BreakerState, CircuitBreaker
+from .shield.egress import DenyListEgressHook
+from .shield.pipeline import ShieldPipeline, ToolCallContext
+from .shield.policy import PolicyContext, PolicyDecision
+from .shield.windows import BudgetWindowHook
 
 __all__ = [
     "ActiveLimits",

@@ -139,11 +139,15 @@ class InvalidConfigError(PromptEvaluationError, ValueError):
         self.model = model
         self.problems = problems
         details = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ())) or '<model>'}: {e.get('msg')}"
-            f" (got {e.get('input')!r})"
+            f"{'.'.join(str(p) for p in e.get('loc', ())) or '<model>'}: "
+            + ("required" if e.get("type") == "missing" else
+               f"{e.get('msg')} (got {e.get('input')!r})")
             for e in problems
         )
         super().__init__(f"invalid {model}: {details}", phase="preflight")
+        # the message a person reads leaves out the specification's phase name (kept in
+        # .phase): "invalid ExecutionConfig: max_steps: required"
+        self.args = (f"invalid {model}: {details}",)
 
 
 class DeadlineExceededError(RuntimeError):

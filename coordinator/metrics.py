@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from .errors import InvalidUsageError
+from .store.channels import ChannelThread
 
 if TYPE_CHECKING:
-    from .coordinator import Coordinator
+    from .runtime.coordinator import Coordinator
 
 log = logging.getLogger("coordinator.metrics")
 
@@ -136,11 +137,8 @@ class LedgerSubscription:
     def __init__(self, coordinator: Coordinator,
                  observer: Callable[[Mapping[str, Any]], object]) -> None:
         self._observer = observer
-        self._pubsub = coordinator.client.pubsub(  # type: ignore[no-untyped-call]
-            ignore_subscribe_messages=True)
-        self._pubsub.subscribe(**{coordinator.keyspace.ledger_channel: self._on_message})
-        self._thread = self._pubsub.run_in_thread(sleep_time=0.5, daemon=True,
-                                                  exception_handler=self._on_error)
+        self._channel = ChannelThread(coordinator.client, coordinator.keyspace.ledger_channel,
+                                      self._on_message, self._on_error)
 
     def _on_message(self, message: Mapping[str, Any]) -> None:
         try:
@@ -157,9 +155,7 @@ class LedgerSubscription:
 
     def close(self) -> None:
         """Stop the thread and close its connection."""
-        self._thread.stop()
-        self._thread.join(timeout=5)
-        self._pubsub.close()
+        self._channel.close()
 
 
 def subscribe_ledger(coordinator: Coordinator,

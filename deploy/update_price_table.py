@@ -1,4 +1,4 @@
-"""Regenerate coordinator/price_table.json from LiteLLM's price map.
+"""Regenerate coordinator/core/price_table.json from LiteLLM's price map.
 
 The map is taken from the litellm wheel on PyPI (downloaded with pip, without its
 dependencies, and never installed or imported), or from a file you give:
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.pricing import (  # noqa: E402 - after the path set-up above
+from coordinator.core.pricing import (  # noqa: E402 - after the path set-up above
     LITELLM_FILE,
     SNAPSHOT,
     dump_snapshot,

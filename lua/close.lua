@@ -9,7 +9,8 @@
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
 -- later reserves in it and below it halt. The context_summary SafetyEvent states spend,
--- steps, time left before the deadline and tokens by direction and provider.
+-- steps, time left before the deadline and tokens by direction and provider (hook HOOK,
+-- the stream capped at EVENT_STREAM_CAP: constants of the prelude, see lib.lua).
 -- Returns {1, status, micro-USD settled in its subtree} or {-1} if it does not exist.
 
 local FIELDS = {'status', 'id', 'request_id', 'deadline', 'u:usd', 'u:steps', 'u:tin', 'u:tout',
@@ -49,11 +50,11 @@ local metadata = {chain_id = h.id, cost_usd = n('u:usd') / 1000000, steps = n('u
 local deadline = n('deadline')
 if deadline > 0 then metadata.time_remaining_ms = math.max(0, deadline - now) end
 local event = cjson.encode({
-  event_type = 'context_summary', decision = 'ALLOW', hook = 'ExecutionContext',
+  event_type = 'context_summary', decision = 'ALLOW', hook = HOOK,
   request_id = h.request_id, ts = now, metadata = metadata,
   reason = 'closed after ' .. n('u:steps') .. ' steps, ' .. n('u:usd') .. ' micro-USD, ' ..
            summary.total .. ' tokens'})
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', 10000, '*', 'e', event)
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
 
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[1])) end
 return {1, status, n('u:usd')}

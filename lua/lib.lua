@@ -1,5 +1,9 @@
--- lib.lua: helpers shared by the scripts. coordinator/scripts.py prepends this file to
+-- lib.lua: helpers shared by the scripts. coordinator/store/scripts.py prepends this file to
 -- every other script before registering it, so each script stays one atomic EVALSHA.
+-- Before it comes a prelude of constants defined once in Python
+-- (coordinator/core/script_constants.py): HOOK, the hook name of the SafetyEvents the
+-- scripts write, and EVENT_STREAM_CAP, the approximate MAXLEN of the event and ledger
+-- streams.
 --
 -- Context hash fields used here:
 --   status  running | stopped | closed      reason, detail, stopped_ms
@@ -8,6 +12,16 @@
 -- Dimensions: usd (micro-USD), steps, retries, tin, tout (tokens by direction) and
 -- <provider>.tin / <provider>.tout. A total is the sum of its two directions: ttot and
 -- <provider>.ttot have a limit (l:) but no counters of their own.
+
+-- The reservation record kept in bc:{R}:res for each open reservation (decoded in Python
+-- by coordinator/store/records.py, ReservationRecord): c = the context id that reserved,
+-- p = the path ids root first, d = the held amounts {dim, amount, ...}, k = 1 when the
+-- reservation id is a keyed call id. Short keys: every reservation writes one.
+local function new_reservation(ids, held, keyed)
+  local rec = {c = ids[#ids], p = ids, d = held}
+  if keyed then rec.k = 1 end
+  return rec
+end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -20,6 +34,15 @@ local REASONS = {usd = 'budget_exceeded', steps = 'step_limit_exceeded',
 -- The stop reason of a dimension: every token dimension stops with token_budget_exceeded.
 local function reason_for(dim)
   return REASONS[dim] or 'token_budget_exceeded'
+end
+
+-- An amount of dimension d as a person reads it: usd (micro-USD) in dollars ($0.021203,
+-- $0.60), every other dimension as the integer it is. Used in stop and refusal details,
+-- which SafetyEvents and budgetctl show.
+local function amount_text(d, n)
+  if d ~= 'usd' then return tostring(n) end
+  local s = string.format('%.6f', n / 1000000)
+  return '$' .. (string.gsub(s, '(%.%d%d%d-)0+$', '%1'))
 end
 
 local function split(csv)
@@ -37,9 +60,9 @@ local function stop_level(key, events_key, id, root, channel, reason, detail, no
   redis.call('HSET', key, 'status', 'stopped', 'reason', reason, 'detail', detail,
              'stopped_ms', now)
   local event = cjson.encode({event_type = reason, decision = 'HALT', reason = detail,
-                              hook = 'ExecutionContext', request_id = v[2], ts = now,
+                              hook = HOOK, request_id = v[2], ts = now,
                               metadata = {chain_id = id}})
-  redis.call('XADD', events_key, 'MAXLEN', '~', 10000, '*', 'e', event)
+  redis.call('XADD', events_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
   redis.call('PUBLISH', channel, cjson.encode({root = root, id = id, reason = reason}))
   return true
 end
@@ -88,7 +111,7 @@ local function ledger_update(rec, totals, dused, caller_used, now, ledger_key, l
                 ',"root":' .. cjson.encode(rec.p[1]) .. ',"delta":{' ..
                 table.concat(delta, ',') .. '},"totals":{' .. table.concat(after, ',') ..
                 '},"ts":' .. now .. '}'
-  redis.call('XADD', ledger_key, 'MAXLEN', '~', 10000, '*', 'e', event)
+  redis.call('XADD', ledger_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
   redis.call('PUBLISH', ledger_channel, event)
 end
 
@@ -150,7 +173,8 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
         set[#set + 1] = fields[3 * j - 1]
         set[#set + 1] = used[d]
         if hit == nil and limit and used[d] >= limit then
-          hit = {d, 'dimension ' .. d .. ' at ' .. used[d] .. ' reached its limit ' .. limit}
+          hit = {d, 'dimension ' .. d .. ' at ' .. amount_text(d, used[d]) ..
+                 ' reached its limit ' .. amount_text(d, limit)}
         end
       end
     end

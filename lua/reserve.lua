@@ -1,6 +1,6 @@
 -- reserve.lua: hold a call's estimate at every level of its path, or refuse it.
 --
--- KEYS[1]     bc:{R}:res      hash  reservation id -> json {c = context, p = path ids, d = held}
+-- KEYS[1]     bc:{R}:res      hash  reservation id -> its record (lib.lua, new_reservation)
 -- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
 -- KEYS[3..]   per level of the path, root first, caller last, two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
@@ -66,12 +66,13 @@ for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
 -- amount: for good (a stop) when used already reached the limit.
 local function refuse(lv, key, events_key, d, limit, used, held, amount)
   if used >= limit then
-    local detail = d .. ' ' .. used .. ' reached limit ' .. limit
+    local detail = d .. ' ' .. amount_text(d, used) .. ' reached limit ' .. amount_text(d, limit)
     stop_level(key, events_key, ids[lv], root, channel, reason_for(d), detail, now)
     return {0, lv, reason_for(d), detail, 1, now}
   end
-  local detail = d .. ' needs ' .. amount .. ', ' .. (limit - used - held) ..
-                 ' of ' .. limit .. ' left (' .. held .. ' held by calls in flight)'
+  local detail = d .. ' needs ' .. amount_text(d, amount) .. ', ' ..
+                 amount_text(d, limit - used - held) .. ' of ' .. amount_text(d, limit) ..
+                 ' left (' .. amount_text(d, held) .. ' held by calls in flight)'
   return {0, lv, reason_for(d), detail, 0, now}
 end
 
@@ -129,9 +130,7 @@ end
 for lv = 1, levels do
   if #holds[lv] > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(holds[lv])) end
 end
-local rec = {c = ids[#ids], p = ids, d = held}
-if ARGV[5] == '1' then rec.k = 1 end
-redis.call('HSET', KEYS[1], id, cjson.encode(rec))
+redis.call('HSET', KEYS[1], id, cjson.encode(new_reservation(ids, held, ARGV[5] == '1')))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
 
 local out = {1, now}

@@ -6,7 +6,7 @@ import json
 
 import redis
 
-from coordinator.keys import KeySpace
+from coordinator.core.keys import KeySpace
 
 
 def subtree(client: redis.Redis, ks: KeySpace, root: str, ctx_id: str) -> list[str]:

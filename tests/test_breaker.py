@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, PolicyContext
-from coordinator.breaker import BreakerState, CircuitBreaker
 from coordinator.embedded import RedisServer
 from coordinator.errors import InvalidConfigError
+from coordinator.shield.breaker import BreakerState, CircuitBreaker
 
 SPAWN = mp.get_context("spawn")
 NAME = "openai:gpt-4o"

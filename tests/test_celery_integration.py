@@ -19,7 +19,7 @@ from celery.exceptions import TaskRevokedError
 from kombu import Connection
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, WrapOptions
-from coordinator.cancellation import CancellationToken
+from coordinator.context.cancellation import CancellationToken
 from coordinator.embedded import RedisServer
 from coordinator.errors import TokenMalformedError
 from tests.celery_app_harness import TOKEN_KEYS, Workers

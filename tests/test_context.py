@@ -143,7 +143,7 @@ def test_estimate_that_does_not_fit_is_refused_without_stopping(coord: Coordinat
                                  WrapOptions(cost_estimate_hint=0.05)) == Decision.ALLOW
         snap = ctx.get_snapshot()
         assert not snap.aborted and snap.events[0].event_type == "budget_exceeded"
-        assert "needs 200000" in snap.events[0].reason
+        assert "usd needs $0.20, $0.10 of $0.10 left" in snap.events[0].reason
 
 
 def test_underestimate_overshoots_once_then_halts(coord: Coordinator) -> None:
@@ -329,8 +329,9 @@ def test_a_signed_token_with_a_forged_path_is_refused(coord: Coordinator) -> Non
     with ExecutionContext(config(max_cost_usd=0.1)) as root:
         child = root.spawn_child()
         # signed with the right key, but claiming the child hangs directly off... itself
-        forged = coord.codec.encode(root=root.chain_id, path=(root.chain_id, "x", child.chain_id),
-                                    tenant="", ttl_s=60, now=time.time())
+        forged = coord.token_codec().encode(
+            root=root.chain_id, path=(root.chain_id, "x", child.chain_id),
+            tenant="", ttl_s=60, now=time.time())
         with pytest.raises(TokenMalformedError):
             ExecutionContext.attach(forged)
         child.close()

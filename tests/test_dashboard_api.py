@@ -466,7 +466,8 @@ def test_shield_shows_breakers_and_windows(redis_url: str) -> None:
 
 
 def test_a_wide_tree_is_cut_at_the_page_limit(redis_url: str) -> None:
-    from coordinator.dashboard.redis_views import Views
+    from coordinator.dashboard.model import ROW_FIELDS
+    from coordinator.store.dashboard_reads import DashboardReads
 
     coord = coordinator(redis_url)
     root = open_tree(coord, "wide-run")
@@ -474,7 +475,7 @@ def test_a_wide_tree_is_cut_at_the_page_limit(redis_url: str) -> None:
     for kid in kids[:3]:
         kid.spawn_child(max_cost_usd=0.001)
     coord.store.flush()
-    views = Views(coord.client, coord.keyspace)
+    views = DashboardReads(coord.client, coord.keyspace, ROW_FIELDS)
     whole = views.tree("wide-run", max_contexts=100, recent=5)
     assert len(whole.hashes) == 16 and not whole.truncated
     cut = views.tree("wide-run", max_contexts=10, recent=5)
@@ -486,11 +487,13 @@ def test_a_wide_tree_is_cut_at_the_page_limit(redis_url: str) -> None:
 
 def test_a_page_costs_commands_by_page_size_not_by_trees(redis_url: str) -> None:
     from coordinator.dashboard.indexer import Indexer
-    from coordinator.dashboard.redis_views import Views
+    from coordinator.dashboard.model import ROW_FIELDS
+    from coordinator.store.dashboard_index import DashboardIndex
+    from coordinator.store.dashboard_reads import DashboardReads
 
     coord = coordinator(redis_url)
-    views = Views(coord.client, coord.keyspace)
-    indexer = Indexer(views)
+    views = DashboardReads(coord.client, coord.keyspace, ROW_FIELDS)
+    indexer = Indexer(DashboardIndex(coord.client, coord.keyspace))
     counter = coordinator(redis_url).client
 
     def commands() -> int:

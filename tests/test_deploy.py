@@ -121,8 +121,8 @@ def test_the_documented_acl_is_enough_for_every_operation_and_no_more() -> None:
             assert snap.cost_usd_accumulated == pytest.approx(0.4)
             assert snap.status != "running"
             child.close()
-        assert c.store.active_roots() == []
-        assert c.store.spend_view("team") == {"ml": 400_000}
+        assert c.views.active_roots() == []
+        assert c.views.spend_view("team") == {"ml": 400_000}
         svc = redis.Redis.from_url(url)
         with pytest.raises(redis.exceptions.NoPermissionError):
             svc.set("not-a-budget-key", "1")

@@ -19,7 +19,7 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
-from coordinator.keys import KeySpace
+from coordinator.core.keys import KeySpace
 from tests import procs
 from tests.invariants import check_tree
 

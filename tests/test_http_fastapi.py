@@ -25,8 +25,8 @@ from coordinator import (
     current_context,
     report_usage,
 )
+from coordinator.core.token_codec import MAX_TOKEN_BYTES, TokenCodec
 from coordinator.embedded import RedisServer, free_port
-from coordinator.tokens import MAX_TOKEN_BYTES, TokenCodec
 
 from .conftest import TEST_KEYS
 from .test_tokens import forge, good_fields, redis_state

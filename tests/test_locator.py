@@ -22,9 +22,11 @@ from coordinator import (
     report_usage,
 )
 from coordinator.cli import main
+from coordinator.core.paths import Path
 from coordinator.embedded import RedisServer
 from coordinator.errors import ContextExistsError, ContextNotFoundError
-from coordinator.store import Path, Store
+from coordinator.store.tree import Opened, OpenRefused
+from coordinator.store.wire import Wire
 from tests.invariants import check_tree
 from tests.procs import TEST_KEYS
 
@@ -102,8 +104,8 @@ def test_a_new_root_cannot_take_the_id_of_another_trees_child(
     # nothing of the refused root remains; the other tree is untouched, locator included
     assert dump(coord.client) == before
     assert not coord.client.keys("bc:{shared-id}*")
-    assert coord.store.active_roots() == ["tree-a"]
-    assert coord.store.locate("shared-id") == "tree-a"
+    assert coord.views.active_roots() == ["tree-a"]
+    assert coord.views.locate("shared-id") == "tree-a"
 
     # every view by id still reaches the child that recorded the spend
     snap = ExecutionContext.load_snapshot("shared-id", coord2)
@@ -138,14 +140,14 @@ def test_a_child_cannot_take_the_id_of_another_trees_root(coord: Coordinator,
     ks = coord.keyspace
     assert not coord.client.exists(ks.ctx("tree-r", "tree-t"))
     assert coord.store.children("tree-r", "tree-r") == []
-    assert coord.store.locate("tree-t") == "tree-t"
+    assert coord.views.locate("tree-t") == "tree-t"
     snap = ExecutionContext.load_snapshot("tree-t", coord2)
     assert snap.cost_usd_accumulated == pytest.approx(0.3) and snap.parent_chain_id is None
 
     # both trees go on as before, and a free id still opens in the refusing tree
     assert spend(mine, 0.1) == Decision.ALLOW
     kid = mine.spawn_child(metadata=meta("tree-r-kid"))
-    assert coord.store.locate("tree-r-kid") == "tree-r"
+    assert coord.views.locate("tree-r-kid") == "tree-r"
     kid.close()
     mine.close()
     other.close()
@@ -212,10 +214,10 @@ def test_a_retried_open_whose_first_attempt_went_through_still_opens(
         coord: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
     """The open lands but its reply is lost: the handle opens later, in the context its
     first attempt created (open says 'exists'; the locator already points to its tree)."""
-    real = Store._round_trip
+    real = Wire.round_trip
     lost: list[int] = []
 
-    def lose_first_reply(self: Store, ops: Any, reads: Any = None) -> list[Any]:
+    def lose_first_reply(self: Wire, ops: Any, reads: Any = None) -> list[Any]:
         results = real(self, ops, reads)
         if not lost and any(op.kind == "open" for op in ops):
             lost.append(1)
@@ -223,7 +225,7 @@ def test_a_retried_open_whose_first_attempt_went_through_still_opens(
         return results
 
     root = ExecutionContext(CFG, metadata=meta("retried"), coordinator=coord)
-    monkeypatch.setattr(Store, "_round_trip", lose_first_reply)
+    monkeypatch.setattr(Wire, "round_trip", lose_first_reply)
     for opener in (lambda: ExecutionContext(CFG, metadata=meta("retried-root"),
                                             coordinator=coord),
                    lambda: root.spawn_child(metadata=meta("retried-kid"))):
@@ -233,7 +235,7 @@ def test_a_retried_open_whose_first_attempt_went_through_still_opens(
         assert spend(ctx, 0.1) == Decision.ALLOW  # opens on first use: 'exists' is its own
         snap = ExecutionContext.load_snapshot(ctx.chain_id, coord)
         assert snap.cost_usd_accumulated == pytest.approx(0.1)
-        assert coord.store.locate(ctx.chain_id) == ctx.root_id
+        assert coord.views.locate(ctx.chain_id) == ctx.root_id
         ctx.close()
     root.close()
     check_tree(coord.client, "retried")
@@ -253,7 +255,7 @@ def test_a_redelivered_task_rejoins_its_context(coord: Coordinator,
         again, rejoined = _open(coord2, token, meta(path[-1]), CFG, None, None, None, 0, None)
         assert rejoined and again.path == path
         assert again.get_snapshot().cost_usd_accumulated == pytest.approx(0.05)
-        assert coord.store.locate(path[-1]) == path[0]
+        assert coord.views.locate(path[-1]) == path[0]
         again.detach()
         first.close()
     parent.close()
@@ -265,15 +267,15 @@ def test_a_redelivered_task_rejoins_its_context(coord: Coordinator,
 def test_an_open_refused_for_a_missing_ancestor_keeps_no_locator(coord: Coordinator,
                                                                  coord2: Coordinator) -> None:
     root = ExecutionContext(CFG, metadata=meta("has-no-ghost"), coordinator=coord)
-    ghost = coord.codec.encode(root="has-no-ghost", path=("has-no-ghost", "ghost"),
+    ghost = coord.token_codec().encode(root="has-no-ghost", path=("has-no-ghost", "ghost"),
                                tenant=coord.tenant, ttl_s=60, now=coord.redis_now_ms() / 1000)
     with pytest.raises(ContextNotFoundError):
         ExecutionContext.spawn_from_token(ghost, coord, metadata=meta("orphan"))
-    assert coord.store.locate("orphan") is None
+    assert coord.views.locate("orphan") is None
     assert not coord.client.keys("*orphan*")
     # so the id is still free for any tree
     elsewhere = ExecutionContext(CFG, metadata=meta("orphan"), coordinator=coord2)
-    assert coord.store.locate("orphan") == "orphan"
+    assert coord.views.locate("orphan") == "orphan"
     elsewhere.close()
     root.close()
 
@@ -319,7 +321,7 @@ def test_two_trees_opening_the_same_new_id_at_once_one_wins(
         assert len(won) == 1, got
         winner = won[0].root_id
         loser = "race-b" if winner == "race-a" else "race-a"
-        assert coord.store.locate(kid) == winner
+        assert coord.views.locate(kid) == winner
         assert client.exists(ks.ctx(winner, kid)) and not client.exists(ks.ctx(loser, kid))
         assert kid in coord.store.children(winner, winner)
         assert kid not in coord.store.children(loser, loser)
@@ -330,14 +332,14 @@ def test_two_trees_opening_the_same_new_id_at_once_one_wins(
         won = [c for c in got if c is not None]
         assert len(won) == 1, got
         if won[0].root_id == new_root:
-            assert coord.store.locate(new_root) == new_root
+            assert coord.views.locate(new_root) == new_root
             assert not client.exists(ks.ctx("race-a", new_root))
             assert new_root not in coord.store.children("race-a", "race-a")
-            assert new_root in coord.store.active_roots(limit=1000)
+            assert new_root in coord.views.active_roots(limit=1000)
         else:
-            assert coord.store.locate(new_root) == "race-a"
+            assert coord.views.locate(new_root) == "race-a"
             assert not client.keys(f"bc:{{{new_root}}}*")
-            assert new_root not in coord.store.active_roots(limit=1000)
+            assert new_root not in coord.views.active_roots(limit=1000)
     a.close()
     b.close()
 
@@ -352,7 +354,7 @@ def test_two_opens_of_the_same_new_id_in_one_tree_at_once(
         got = race(lambda kid=kid: a.spawn_child(metadata=meta(kid)),
                    lambda kid=kid: a2.spawn_child(metadata=meta(kid)))
         assert len([c for c in got if c is not None]) == 1
-        assert coord.store.locate(kid) == "one-tree"
+        assert coord.views.locate(kid) == "one-tree"
         assert coord.store.read_hash("one-tree", kid)["status"] == "running"
     a.close()
 
@@ -374,12 +376,12 @@ def test_the_refusal_works_under_the_documented_acl() -> None:
             other = ExecutionContext(CFG, metadata=meta("acl-b"), coordinator=c)
             with pytest.raises(ContextExistsError):
                 other.spawn_child(metadata=meta("acl-a"))
-            ghost = c.codec.encode(root="acl-a", path=("acl-a", "ghost"), tenant=c.tenant,
+            ghost = c.token_codec().encode(root="acl-a", path=("acl-a", "ghost"), tenant=c.tenant,
                                    ttl_s=60, now=c.redis_now_ms() / 1000)
             with pytest.raises(ContextNotFoundError):
                 ExecutionContext.spawn_from_token(ghost, c, metadata=meta("acl-orphan"))
-            assert c.store.locate("acl-kid") == "acl-a"
-            assert c.store.locate("acl-orphan") is None
+            assert c.views.locate("acl-kid") == "acl-a"
+            assert c.views.locate("acl-orphan") is None
             assert not admin.exists("bc:{acl-kid}:ctx:acl-kid", "bc:{acl-b}:ctx:acl-a")
         admin.close()
 
@@ -390,17 +392,18 @@ def test_open_refusals_through_the_store(coord: Coordinator) -> None:
     store = coord.store
     kw: dict[str, Any] = dict(request_id="r", meta_json="{}", config_json="{}",
                               timeout_ms=0, deadline_ms=0, triples=[])
-    assert not isinstance(store.open(Path("t1", ("t1",)), **kw), str)
-    assert not isinstance(store.open(Path("t1", ("t1", "x")), **kw), str)
-    assert store.open(Path("t2", ("t2",)), **kw) != "exists"
-    assert store.open(Path("t2", ("t2", "x")), **kw) == "exists"
-    assert store.open(Path("x", ("x",)), **kw) == "exists"
-    assert store.open(Path("t1", ("t1", "x")), **kw) == "exists"  # same tree: as before
-    assert store.open(Path("t2", ("t2", "nope", "y")), **kw) == "missing:nope"
-    assert store.locate("y") is None
-    assert store.open(Path("t2", ("t2", "nope", "x")), **kw) == "missing:nope"
-    assert store.locate("x") == "t1"
-    assert store.active_roots() == ["t1", "t2"]
+    assert isinstance(store.open(Path("t1", ("t1",)), **kw), Opened)
+    assert isinstance(store.open(Path("t1", ("t1", "x")), **kw), Opened)
+    assert store.open(Path("t2", ("t2",)), **kw) != OpenRefused("exists")
+    assert store.open(Path("t2", ("t2", "x")), **kw) == OpenRefused("exists")
+    assert store.open(Path("x", ("x",)), **kw) == OpenRefused("exists")
+    # same tree: as before
+    assert store.open(Path("t1", ("t1", "x")), **kw) == OpenRefused("exists")
+    assert store.open(Path("t2", ("t2", "nope", "y")), **kw) == OpenRefused("missing", "nope")
+    assert coord.views.locate("y") is None
+    assert store.open(Path("t2", ("t2", "nope", "x")), **kw) == OpenRefused("missing", "nope")
+    assert coord.views.locate("x") == "t1"
+    assert coord.views.active_roots() == ["t1", "t2"]
 
 
 def test_an_open_whose_claim_fails_leaves_no_context() -> None:

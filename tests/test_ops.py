@@ -18,14 +18,15 @@ def test_top_and_spend_views(coord: Coordinator, redis_url: str,
     child = run.spawn_child()
     child.wrap_llm_call(lambda: report_usage(cost_usd=0.25))
     child.close()
-    assert coord.store.active_roots() == ["tree-a"]
+    assert coord.views.active_roots() == ["tree-a"]
     assert main(["--redis", redis_url, "top"]) == 0
-    assert "$0.2500 / $1.0000" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[1].split()[:4] == [
+        "tree-a", "summariser", "$0.2500", "$1.0000"]
     run.close()
-    assert coord.store.active_roots() == []
+    assert coord.views.active_roots() == []
     # the tree's total is counted once, at the root, under each of its labels
-    assert coord.store.spend_view("org") == {"acme": 250_000}
-    assert coord.store.spend_view("team") == {"search": 250_000}
+    assert coord.views.spend_view("org") == {"acme": 250_000}
+    assert coord.views.spend_view("team") == {"search": 250_000}
     assert main(["--redis", redis_url, "spend"]) == 0
     out = capsys.readouterr().out
     assert "acme" in out and "$0.2500" in out and "summariser" in out

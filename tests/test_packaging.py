@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.scripts import SCRIPT_NAMES, lua_dir
+from coordinator.store.scripts import SCRIPT_NAMES, lua_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 

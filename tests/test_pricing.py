@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import ExecutionConfig, ExecutionContext, WrapOptions, pricing, report_usage
-from coordinator.errors import InvalidUsageError
-from coordinator.pricing import (
+from coordinator import ExecutionConfig, ExecutionContext, WrapOptions, report_usage
+from coordinator.core import pricing
+from coordinator.core.pricing import (
     clear_prices,
     dump_snapshot,
     load_price_table,
@@ -27,6 +27,7 @@ from coordinator.pricing import (
     set_price,
     snapshot_from_litellm,
 )
+from coordinator.errors import InvalidUsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,7 +180,7 @@ def test_a_litellm_format_file_loads_directly_and_bad_files_are_refused(
 def _price_in_subprocess(env: dict[str, str], model: str) -> dict[str, object]:
     code = (
         "import json, sys\n"
-        "from coordinator import pricing\n"
+        "from coordinator.core import pricing\n"
         f"p = pricing.model_price({model!r})\n"
         "print(json.dumps({'source': pricing.price_table_source(),\n"
         "                  'input': p.input_per_mtok if p else None,\n"
@@ -244,10 +245,10 @@ def test_the_wheel_ships_the_snapshot_and_prices_from_it(tmp_path: Path) -> None
                    check=True, capture_output=True, timeout=240)
     wheel = next((tmp_path / "dist").glob("*.whl"))
     with zipfile.ZipFile(wheel) as z:
-        assert "coordinator/price_table.json" in z.namelist()
+        assert "coordinator/core/price_table.json" in z.namelist()
         z.extractall(tmp_path / "site")
     # The unpacked wheel alone (not the checkout) prices from its own snapshot.
-    code = ("import coordinator.pricing as p; print(p.SNAPSHOT.parent.parent, "
+    code = ("import coordinator.core.pricing as p; print(p.SNAPSHOT.parents[2], "
             "p.price_usd('openai/gpt-4o', 1_000_000, 0))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, text=True,
                          capture_output=True, timeout=60,

@@ -14,11 +14,11 @@ from coordinator import (
     ExecutionContext,
     ShieldPipeline,
 )
-from coordinator.breaker import CircuitBreaker
-from coordinator.egress import DenyListEgressHook
 from coordinator.errors import InvalidConfigError
-from coordinator.pipeline import ToolCallContext
-from coordinator.windows import BudgetWindowHook
+from coordinator.shield.breaker import CircuitBreaker
+from coordinator.shield.egress import DenyListEgressHook
+from coordinator.shield.pipeline import ToolCallContext
+from coordinator.shield.windows import BudgetWindowHook
 
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=50, max_retries_total=5)
 CALL = ToolCallContext(request_id="r", chain_id="c", node_id="n", kind="llm")

@@ -22,8 +22,8 @@ from coordinator import (
     TokenBudget,
     WrapOptions,
 )
+from coordinator.context.streaming import ametered_stream, estimate_tokens, metered_stream
 from coordinator.errors import InvalidUsageError, TokenBudgetExceededError
-from coordinator.streaming import ametered_stream, estimate_tokens, metered_stream
 
 CONFIG = ExecutionConfig(max_cost_usd=10.0, max_steps=100, max_retries_total=5)
 WORDS = [f" w{i % 10}" for i in range(100)]  # 3 characters: one token each

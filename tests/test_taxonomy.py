@@ -23,10 +23,10 @@ from coordinator import (
     ShieldPipeline,
     current_context,
 )
-from coordinator.breaker import BreakerState, CircuitBreaker
-from coordinator.egress import DenyListEgressHook
 from coordinator.errors import InvalidConfigError
-from coordinator.windows import BudgetWindowHook
+from coordinator.shield.breaker import BreakerState, CircuitBreaker
+from coordinator.shield.egress import DenyListEgressHook
+from coordinator.shield.windows import BudgetWindowHook
 
 SPAWN = mp.get_context("spawn")
 NAME = "openai:gpt-4o"

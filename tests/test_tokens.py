@@ -27,6 +27,7 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
+from coordinator.core.token_codec import CLOCK_SKEW_S, MAX_TOKEN_BYTES, TokenCodec, parse_keys
 from coordinator.embedded import RedisServer, free_port
 from coordinator.errors import (
     TenantMismatchError,
@@ -39,7 +40,6 @@ from coordinator.errors import (
     TokenVersionError,
     UnknownKeyError,
 )
-from coordinator.tokens import CLOCK_SKEW_S, MAX_TOKEN_BYTES, TokenCodec, parse_keys
 
 from .conftest import TEST_KEYS
 
@@ -238,7 +238,7 @@ def test_a_forged_token_is_refused_and_changes_nothing(coord: Coordinator) -> No
         coord.store.flush()
         before = redis_state(coord.client)
         forger = Coordinator(coord.client, token_keys={"test": b"a-guessed-secret-0123456789"})
-        for token in (forger.codec.encode(root=root.root_id, path=root.path, tenant="",
+        for token in (forger.token_codec().encode(root=root.root_id, path=root.path, tenant="",
                                           ttl_s=600, now=time.time()),
                       root.token[:-3], root.token + "x" * MAX_TOKEN_BYTES):
             with pytest.raises(TokenError):
@@ -304,12 +304,13 @@ def test_without_keys_a_dev_key_kept_in_redis_is_used_and_announced(
     first, second = Coordinator.from_url(redis_url), Coordinator.from_url(redis_url)
     configured = Coordinator.from_url(redis_url, token_keys=TEST_KEYS)
     with caplog.at_level(logging.WARNING, logger="coordinator"):
-        token = first.codec.encode(root="r", path=("r",), tenant="", ttl_s=60, now=time.time())
+        token = first.token_codec().encode(root="r", path=("r",), tenant="", ttl_s=60,
+                                           now=time.time())
     assert "not for production" in caplog.text
     assert first.client.get("bc:token-dev-key") is not None
-    assert second.codec.decode(token, now=time.time()).kid == "dev"
+    assert second.token_codec().decode(token, now=time.time()).kid == "dev"
     with pytest.raises(UnknownKeyError):  # a configured service never accepts dev tokens
-        configured.codec.decode(token, now=time.time())
+        configured.token_codec().decode(token, now=time.time())
     for c in (first, second, configured):
         c.client.close()
 

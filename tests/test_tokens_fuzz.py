@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coordinator.core.token_codec import TokenCodec
 from coordinator.errors import TokenError
-from coordinator.tokens import TokenCodec
 
 from .conftest import TEST_KEYS
 from .test_tokens import ALPHABET, KEY, NOW, b64, forge, good_fields

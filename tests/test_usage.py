@@ -21,9 +21,9 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
+from coordinator.core.pricing import clear_prices, set_price
+from coordinator.core.usage import Usage, UsageCollector, tokens_from_usage, usage_from_response
 from coordinator.errors import InvalidCostError, InvalidUsageError
-from coordinator.pricing import clear_prices, set_price
-from coordinator.usage import Usage, UsageCollector, tokens_from_usage, usage_from_response
 
 CONFIG = ExecutionConfig(max_cost_usd=100.0, max_steps=100, max_retries_total=5)
 

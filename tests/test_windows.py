@@ -25,7 +25,7 @@ from coordinator import (
 )
 from coordinator.embedded import RedisServer
 from coordinator.errors import InvalidConfigError
-from coordinator.windows import BudgetWindowHook
+from coordinator.shield.windows import BudgetWindowHook
 
 SPAWN = mp.get_context("spawn")
 

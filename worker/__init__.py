@@ -2,7 +2,7 @@
 token in the ``budget_context`` message header, and the interrupt that stops running
 tasks when their context is aborted from any process."""
 
-from coordinator.context import current_cancellation_token, current_context
+from coordinator import current_cancellation_token, current_context
 
 from .decorator import contained
 from .errors import TaskInterrupted, TaskStoppedError

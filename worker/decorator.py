@@ -15,15 +15,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-import redis
 from celery import signals
 from celery._state import get_current_task
 
-from coordinator.cancellation import CancelledByContext
-from coordinator.context import ExecutionContext
-from coordinator.coordinator import Coordinator
+from coordinator import CancelledByContext, Coordinator, ExecutionContext
 from coordinator.errors import ContextExistsError, ContextNotFoundError
 from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
+from coordinator.store.errors import RedisError
 
 from . import running
 from .errors import TaskStoppedError
@@ -108,7 +106,7 @@ def contained(
             finally:
                 try:
                     coord.store.flush()  # the body's spend is visible before its result
-                except redis.RedisError as exc:
+                except RedisError as exc:
                     log.warning("flushing %s: %s (retried at close)", ctx.chain_id, exc)
                 _close_after_result(ctx)
 
@@ -192,14 +190,14 @@ def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,
             max_retries_total=max_retries_total, timeout_ms=timeout_ms,
             token_budget=token_budget, metadata=meta), False
     except ContextExistsError:
-        parent = coord.codec.decode(token, now=coord.redis_now_ms() / 1000,
+        parent = coord.token_codec().decode(token, now=coord.redis_now_ms() / 1000,
                                     tenant=coord.tenant)
         return _rejoin(coord, (*parent.path, meta.chain_id)), True
 
 
 def _rejoin(coord: Coordinator, path: tuple[str, ...]) -> ExecutionContext:
     log.info("context %s exists (message delivered again): joining it", path[-1])
-    token = coord.codec.encode(root=path[0], path=path, tenant=coord.tenant, ttl_s=60,
+    token = coord.token_codec().encode(root=path[0], path=path, tenant=coord.tenant, ttl_s=60,
                                now=coord.redis_now_ms() / 1000)
     try:
         return ExecutionContext.attach(token, coord)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.cancellation import CancelledByContext
+from coordinator import CancelledByContext
 from coordinator.errors import BudgetCoordinatorError
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from celery import Celery, signals
 from celery._state import get_current_task
 
-from coordinator.context import ExecutionContext, current_context
+from coordinator import ExecutionContext, current_context
 
 from . import freeze
 from .retries import count_retry

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..store.dashboard_reads import BACKEND_ERRORS
 from .live import Listener
 from .metrics import CONTENT_TYPE, registry_for, render
-from .redis_views import BACKEND_ERRORS
 from .runtime import Dashboard
 
 MAX_WATCHED = 200

@@ -18,14 +18,14 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import Coordinator
 from ..errors import ContextNotFoundError
+from ..runtime.coordinator import Coordinator
+from ..store.dashboard_reads import BACKEND_ERRORS
 from .alerts import Webhook
 from .api import api_routes
 from .auth import Auth
 from .model import AlertRule
 from .pages import page_routes
-from .redis_views import BACKEND_ERRORS
 from .runtime import Dashboard, Forbidden, NeedLogin
 from .service import NotRunningError, UnknownTenantError
 

@@ -1,5 +1,6 @@
 """``budgetctl dashboard``: serve the dashboard with uvicorn; ``budgetctl alerts``: only
-the indexer and its alerts, without the web part (the CLI wires both in).
+the indexer and its alerts, without the web part (coordinator/cli/dashboard.py calls
+``serve`` and ``run_alerts``; ``python -m coordinator.dashboard`` parses the same flags).
 
     python -m coordinator.dashboard [--redis URL] [--host 127.0.0.1] [--port 8700]
     python -m coordinator.dashboard alerts [--redis URL]
@@ -14,14 +15,16 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from .. import Coordinator
-from ..coordinator import default_url
+from ..runtime.coordinator import Coordinator
+from ..runtime.settings import default_url
+from ..store.dashboard_index import DashboardIndex
+from ..store.dashboard_reads import DashboardReads
 from .alerts import Notifier, rules_from_env, webhooks_from_env
 from .app import create_app
 from .auth import Auth
 from .indexer import Indexer
 from .live import Live
-from .redis_views import Views
+from .model import ROW_FIELDS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8700
@@ -56,12 +59,13 @@ def run_alerts(redis_url: str | None = None, *, tenants: Sequence[str] | None = 
     in Redis."""
     url = redis_url or default_url()
     coords = {t: Coordinator.from_url(url, tenant=t) for t in _tenants(tenants)}
-    views = {t: Views(c.client, c.keyspace) for t, c in coords.items()}
+    views = {t: DashboardReads(c.client, c.keyspace, ROW_FIELDS) for t, c in coords.items()}
     hooks = webhooks_from_env()
     notifier = Notifier(hooks) if hooks else None
     sweep_s = float(os.environ.get("BUDGET_DASHBOARD_SWEEP_S") or 5.0)
-    indexers = {t: Indexer(v, rules=rules_from_env(), notifier=notifier, sweep_s=sweep_s,
-                           retention_s=coords[t].retention_s) for t, v in views.items()}
+    indexers = {t: Indexer(DashboardIndex(c.client, c.keyspace), rules=rules_from_env(),
+                           notifier=notifier, sweep_s=sweep_s, retention_s=c.retention_s)
+                for t, c in coords.items()}
     live = Live(views, on_change=lambda t, r: indexers[t].mark_dirty(r))
     live.start()
     for indexer in indexers.values():

@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from ..store.dashboard_index import DashboardIndex, IndexEntry
+from ..store.dashboard_reads import BACKEND_ERRORS
 from .alerts import Notifier, event_json
 from .model import (
     Alert,
@@ -23,7 +25,6 @@ from .model import (
     scopes,
     sort_scores,
 )
-from .redis_views import BACKEND_ERRORS, IndexEntry, Views
 
 log = logging.getLogger("coordinator.dashboard.indexer")
 
@@ -35,9 +36,10 @@ NEW_ROOT_SLACK_MS = 60_000
 
 
 class Indexer:
-    """Maintains one tenant's indexes from a daemon thread (see redis_views for keys)."""
+    """Maintains one tenant's indexes from a daemon thread (its Redis commands:
+    store/dashboard_index.py)."""
 
-    def __init__(self, views: Views, *, rules: Sequence[AlertRule] = (),
+    def __init__(self, views: DashboardIndex, *, rules: Sequence[AlertRule] = (),
                  notifier: Notifier | None = None, tick_s: float = 0.5,
                  sweep_s: float = 5.0, retention_s: int = 7 * 24 * 3600) -> None:
         self.views = views

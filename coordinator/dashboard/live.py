@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .redis_views import BACKEND_ERRORS, Views
+from ..store.dashboard_reads import BACKEND_ERRORS, DashboardReads
 
 log = logging.getLogger("coordinator.dashboard.live")
 
@@ -53,7 +53,7 @@ class Listener:
 class Live:
     """The process's live feed (a daemon thread)."""
 
-    def __init__(self, views: Mapping[str, Views], *, tick_s: float = 0.5,
+    def __init__(self, views: Mapping[str, DashboardReads], *, tick_s: float = 0.5,
                  on_change: Callable[[str, str], None] | None = None) -> None:
         """``on_change(tenant, root)`` is called for each tree an event names."""
         self.views = dict(views)

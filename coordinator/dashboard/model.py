@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SORTS = ("spend", "fraction", "burn", "age")
-"""How the overview can be ordered (``age``: newest first)."""
+from ..core.keys import DASH_SORTS
+
+SORTS = DASH_SORTS
+"""How the overview can be ordered (``age``: newest first): the indexes the store keeps."""
 LABELS = ("org", "team", "service", "user")
 """Labels a tree can be filtered by (from its ChainMetadata)."""
 _META_NAMES = {"org": "org_id", "team": "team", "service": "service", "user": "user_id"}

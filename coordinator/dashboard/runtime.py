@@ -14,7 +14,8 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from .. import Coordinator
+from ..runtime.coordinator import Coordinator
+from ..store.dashboard_index import DashboardIndex
 from .alerts import Notifier, Webhook
 from .auth import Auth, Principal, csrf_ok, csrf_token
 from .indexer import Indexer
@@ -72,9 +73,10 @@ class Dashboard:
         self.auth = auth
         self.background = background
         self.notifier = Notifier(webhooks) if webhooks and background else None
-        self.indexers = {t: Indexer(v, rules=rules, notifier=self.notifier, sweep_s=sweep_s,
-                                    retention_s=coordinators[t].retention_s)
-                         for t, v in self.service.views.items()}
+        self.indexers = {t: Indexer(DashboardIndex(c.client, c.keyspace), rules=rules,
+                                    notifier=self.notifier, sweep_s=sweep_s,
+                                    retention_s=c.retention_s)
+                         for t, c in self.service.coordinators.items()}
         self.live = Live(self.service.views, tick_s=live_tick_s,
                          on_change=lambda t, r: self.indexers[t].mark_dirty(r))
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates),

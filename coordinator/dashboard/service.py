@@ -10,10 +10,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from .. import Coordinator, Decision, ExecutionContext, SafetyEvent
+from ..context.execution import ExecutionContext
 from ..errors import ContextNotFoundError
-from .model import LABELS, SORTS, parse_scope, row_from_hash
-from .redis_views import Views
+from ..models import Decision, SafetyEvent
+from ..runtime.coordinator import Coordinator
+from ..store.dashboard_reads import DashboardReads
+from .model import LABELS, ROW_FIELDS, SORTS, parse_scope, row_from_hash
 
 T = TypeVar("T")
 MAX_PAGE = 200
@@ -69,14 +71,15 @@ class Service:
 
     def __init__(self, coordinators: Mapping[str, Coordinator], cache_s: float = 0.25) -> None:
         self.coordinators = dict(coordinators)
-        self.views = {t: Views(c.client, c.keyspace) for t, c in self.coordinators.items()}
+        self.views = {t: DashboardReads(c.client, c.keyspace, ROW_FIELDS)
+                      for t, c in self.coordinators.items()}
         self.cache = _Cache(cache_s)
 
     @property
     def tenants(self) -> list[str]:
         return list(self.coordinators)
 
-    def _views(self, tenant: str) -> Views:
+    def _views(self, tenant: str) -> DashboardReads:
         try:
             return self.views[tenant]
         except KeyError:
@@ -113,7 +116,7 @@ class Service:
         views = self._views(tenant)
         return self.cache.get(("tree", tenant, ctx_id), lambda: self._tree(views, ctx_id))
 
-    def _tree(self, views: Views, ctx_id: str) -> dict[str, Any]:
+    def _tree(self, views: DashboardReads, ctx_id: str) -> dict[str, Any]:
         root = views.locate(ctx_id)
         if root is None:
             raise ContextNotFoundError(ctx_id)
@@ -209,7 +212,7 @@ class Service:
             raise NotRunningError(f"{ctx_id} is already {h.get('status')} ({why}); "
                                   "nothing changed")
         path = tuple(h["path"].split(","))
-        token = coord.codec.encode(root=root, path=path, tenant=coord.tenant, ttl_s=60,
+        token = coord.token_codec().encode(root=root, path=path, tenant=coord.tenant, ttl_s=60,
                                    now=coord.redis_now_ms() / 1000)
         ctx = ExecutionContext.attach(token, coordinator=coord)
         try:

@@ -8,9 +8,9 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..context import _current_context
-from ..coordinator import Coordinator
+from ..context.execution import active_context
 from ..models import ExecutionConfig
+from ..runtime.coordinator import Coordinator
 from .common import HEADER, RequestRefused, finish, flush, resolve
 
 Scope = MutableMapping[str, Any]
@@ -73,11 +73,11 @@ class BudgetContextMiddleware:
                 await anyio.to_thread.run_sync(flush, coord)
             await send(message)
 
-        var = _current_context.set(ctx)
+        var = active_context.set(ctx)
         try:
             await self.app(scope, receive, send_after_flush)
         finally:
-            _current_context.reset(var)
+            active_context.reset(var)
             await anyio.to_thread.run_sync(finish, ctx)
 
 

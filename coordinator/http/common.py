@@ -9,10 +9,7 @@ import re
 from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any
 
-import redis
-
-from ..context import ExecutionContext, current_context
-from ..coordinator import Coordinator
+from ..context.execution import ExecutionContext, current_context
 from ..errors import (
     BackendUnavailableError,
     ContextNotFoundError,
@@ -21,13 +18,15 @@ from ..errors import (
     TokenMissingError,
 )
 from ..models import ExecutionConfig
+from ..runtime.coordinator import Coordinator
+from ..store.errors import RedisError
 
 log = logging.getLogger("coordinator.http")
 
 HEADER = "budget-context"
 """The HTTP header that carries a context token (see docs/http.md for its format)."""
 
-_UNREACHABLE = (redis.RedisError, OSError)
+_UNREACHABLE = (RedisError, OSError)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 

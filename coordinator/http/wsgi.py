@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..context import ExecutionContext, _current_context
-from ..coordinator import Coordinator
+from ..context.execution import ExecutionContext, active_context
 from ..models import ExecutionConfig
+from ..runtime.coordinator import Coordinator
 from .common import RequestRefused, finish, flush, resolve
 
 StartResponse = Callable[..., Any]
@@ -56,14 +56,14 @@ class BudgetContextWSGIMiddleware:
             return [body]
         if ctx is None:
             return self.app(environ, start_response)
-        var = _current_context.set(ctx)
+        var = active_context.set(ctx)
         try:
             result = self.app(environ, start_response)
         except BaseException:
             finish(ctx)
             raise
         finally:
-            _current_context.reset(var)
+            active_context.reset(var)
         return _Body(result, ctx, coord)
 
 
@@ -81,11 +81,11 @@ class _Body:
         chunks = iter(self._result)
         held: bytes | None = None
         while True:
-            var = _current_context.set(self._ctx)
+            var = active_context.set(self._ctx)
             try:
                 chunk = next(chunks, None)
             finally:
-                _current_context.reset(var)
+                active_context.reset(var)
             if chunk is None:
                 break
             if held is not None:

@@ -1,0 +1,372 @@
+"""One call's reserve -> run -> settle: reserve its estimate at every level and consult the
+pipeline and the circuit breaker (``begin``), then settle what it spent (``complete``) or
+release its hold (``fail``), and say how it ended. The sync and async loops that run the
+call between these steps are in wrap.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..core import pricing
+from ..core.amounts import actual_amounts, micro_to_usd, reserve_amounts, usd_to_micro
+from ..core.usage import Usage, UsageCollector, usage_from_response
+from ..errors import (
+    BackendUnavailableError,
+    DeadlineExceededError,
+    InvalidCostError,
+    InvalidUsageError,
+    TokenBudgetExceededError,
+)
+from ..models import Decision, WrapOptions
+from ..shield.pipeline import ToolCallContext
+from ..shield.policy import PolicyContext
+from ..store.errors import UNAVAILABLE
+from ..store.records import ReservationRecord
+from ..store.tree import Held, Replayed, Stop
+from .cancellation import CancellationToken, CancelledByContext
+from .state import ContextState
+
+log = logging.getLogger("coordinator")
+
+Kind = Literal["llm", "tool"]
+# Errors raised by tool code that mean "a limit stops me" (the Limits specification).
+_LIMIT_ERRORS: dict[type[Exception], str] = {
+    DeadlineExceededError: "timeout",
+    TokenBudgetExceededError: "token_budget_exceeded",
+}
+_REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one wrap ended: the decision, the function's result, and why it stopped."""
+
+    decision: Decision
+    result: Any = None
+    reason: str | None = None
+    detail: str = ""
+    error: BaseException | None = None
+
+
+@dataclass
+class Call:
+    """One wrapped call in flight. Its id is also its reservation id."""
+
+    state: ContextState
+    owner: object
+    """The handle the call was made through (what ``current_context()`` returns)."""
+    call_id: str
+    kind: Kind
+    options: WrapOptions
+    amounts: list[str | int]
+    tool_ctx: ToolCallContext | None
+    token: CancellationToken
+    start_ts: float = field(default_factory=time.time)
+    collector: UsageCollector = field(default_factory=UsageCollector)
+    parent_call: str | None = None
+    reserved: bool = True
+    held: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        """``held``: the reserved amounts by dimension."""
+        a = self.amounts
+        self.held = {str(a[i]): int(a[i + 1]) for i in range(0, len(a), 2)}
+
+
+active_call: ContextVar[Call | None] = ContextVar("budget_call", default=None)
+"""The wrapped call running here, if any."""
+
+
+# -- before: reserve, then the pipeline and the breaker ----------------------------------
+
+def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> Call | Outcome:
+    """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
+    flight, or the decision that stops it before it runs."""
+    call_id, keyed = state.next_call_id()
+    if state.stopped is not None:
+        return halt(state, kind, opts, call_id, state.stopped, f"context stopped: {state.stopped}")
+    if state.closed:
+        return halt(state, kind, opts, call_id, "closed", "context is closed")
+    amounts = reserve_amounts(opts)
+    try:
+        state.ensure_open()
+        res = state.store.reserve(state.path, call_id, amounts, keyed=keyed)
+    except UNAVAILABLE as exc:
+        if state.coord.fail_open:
+            log.warning("Redis unavailable; running %s without a budget (fail_open)", call_id)
+            return _new_call(state, owner, kind, opts, call_id, amounts, reserved=False)
+        err = BackendUnavailableError("reserve", exc)
+        return halt(state, kind, opts, call_id, "backend_unavailable", str(err), offline=True)
+    if isinstance(res, Replayed):  # finished in an earlier delivery of the same work
+        return Outcome(_REPLAYED[res.outcome], reason="replayed",
+                       detail=f"call {call_id} already finished ({res.outcome})")
+    if not isinstance(res, Held):
+        level_id = state.path.ids[res.level] if res.level >= 0 else state.ctx_id
+        if res.stopped:
+            state.handle_stop(res.reason)
+        return halt(state, kind, opts, call_id, res.reason, res.detail, level=level_id)
+    state.coord.observe_redis_time(res.now_ms)
+    if res.expired:
+        reap(state, res.expired)
+    call = _new_call(state, owner, kind, opts, call_id, amounts)
+    try:
+        refusal = _consult_before(call)
+    except BaseException:  # a hook failed: the call never runs, its hold goes
+        state.store.finish(state.path, call_id, outcome="skip", node=node(call, "error"),
+                           amounts=[], write_behind=True)
+        state.coord.schedule_flush()
+        raise
+    if refusal is not None:
+        state.store.finish(state.path, call_id, outcome="skip", node=node(call, "halted"),
+                           amounts=[], write_behind=True)
+        state.coord.schedule_flush()
+        if call.token is not state.cancellation_token:
+            call.token.detach()
+        return refusal
+    return call
+
+
+def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
+              call_id: str, amounts: list[str | int], *, reserved: bool = True) -> Call:
+    parent_call = active_call.get()
+    tool_ctx = None
+    if state.pipeline is not None or state.circuit_breaker is not None:
+        m = state.metadata
+        tool_ctx = ToolCallContext(
+            request_id=m.request_id, chain_id=state.ctx_id, node_id=call_id, kind=kind,
+            operation_name=opts.operation_name, cost_estimate_usd=opts.cost_estimate_hint,
+            provider=opts.provider, model=opts.model or m.model, org_id=m.org_id,
+            team=m.team, service=m.service, user_id=m.user_id, tags=dict(m.tags),
+        )
+    # A call shares its context's token unless it has a timeout of its own.
+    token = state.cancellation_token
+    if opts.timeout_ms:
+        token = CancellationToken(parent=state.cancellation_token)
+        state.coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel("timeout"))
+    return Call(state, owner, call_id, kind, opts, amounts, tool_ctx, token,
+                parent_call=parent_call.call_id if parent_call else None, reserved=reserved)
+
+
+def _consult_before(call: Call) -> Outcome | None:
+    """Pipeline hooks, then the circuit breaker (the spec's order, after limits).
+    Returns the refusal, or None to go ahead."""
+    state = call.state
+    if state.pipeline is not None and call.tool_ctx is not None:
+        hook = (state.pipeline.before_llm_call if call.kind == "llm"
+                else state.pipeline.before_tool_call)
+        decision = hook(call.tool_ctx)
+        state.mirror_pipeline_events(state.pipeline)
+        if decision != Decision.ALLOW:
+            return Outcome(decision, reason="pipeline",
+                           detail=f"a pipeline hook returned {decision.value}")
+    if state.circuit_breaker is not None:
+        verdict = state.circuit_breaker.check(PolicyContext(
+            cost_usd=call.options.cost_estimate_hint, step_count=0))
+        if not verdict.allowed:
+            state.record_event(state.event("circuit_open", verdict.reason,
+                                           node_id=call.call_id))
+            return Outcome(Decision.HALT, reason="circuit_open", detail=verdict.reason)
+    return None
+
+
+def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
+         detail: str, *, offline: bool = False, level: str | None = None) -> Outcome:
+    """Record a refused call (event and node); the outcome is HALT."""
+    meta: dict[str, Any] = {"node_id": call_id, "operation_name": opts.operation_name}
+    if level is not None and level != state.ctx_id:
+        meta["stopped_at"] = level
+    event = state.event(reason, detail or reason, **meta)
+    outcome = Outcome(Decision.HALT, reason=reason, detail=detail)
+    if offline:
+        state.offline_events.append(event)
+        return outcome
+    status = reason if reason in ("aborted", "timeout") else "halted"
+    now = time.time()
+    record = {"node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
+              "start_ts": now, "end_ts": now, "status": status}
+    state.store.queue_event(state.path, event.model_dump_json())
+    state.store.queue_node(state.path, json.dumps(record))
+    state.coord.schedule_flush()
+    return outcome
+
+
+def reap(state: ContextState, expired: list[tuple[str, ReservationRecord]]) -> None:
+    """Settle reservations whose worker stopped renewing them, at their estimate."""
+    now = time.time()
+    for reservation_id, record in expired:
+        lost = {"node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",
+                "start_ts": now, "end_ts": now, "status": "lost",
+                "cost_usd": micro_to_usd(record.held_amount("usd")),
+                "input_tokens": record.held_amount("tin"),
+                "output_tokens": record.held_amount("tout")}
+        state.store.reap(state.path.root, reservation_id, record, lost)
+    state.coord.schedule_flush()
+
+
+# -- after: what it spent, and how it ended ----------------------------------------------
+
+def node(call: Call, status: str, *, cost_micro: int = 0, tin: int = 0, tout: int = 0,
+         retries: int = 0, usage: Usage | None = None) -> dict[str, Any]:
+    """The node record of a call (a NodeRecord's fields)."""
+    return {
+        "node_id": call.call_id, "parent_id": call.parent_call, "kind": call.kind,
+        "operation_name": call.options.operation_name, "start_ts": call.start_ts,
+        "end_ts": time.time(), "status": status, "cost_usd": micro_to_usd(cost_micro),
+        "retries_used": retries, "input_tokens": tin, "output_tokens": tout,
+        "provider": (usage.provider if usage else None) or call.options.provider,
+        "model": (usage.model if usage else None) or call.options.model,
+    }
+
+
+def spent(call: Call, usage: Usage | None, *, default_to_estimate: bool
+          ) -> tuple[int, int, int, str | None]:
+    """(micro-USD, input tokens, output tokens, provider) to charge for a call.
+
+    Reported or response-carried usage wins; tokens are priced when no cost came
+    with them; what stays unknown is charged at the estimate (or 0)."""
+    est = call.held
+    cost: int | None = None
+    tin = tout = 0
+    if usage is not None:
+        if usage.cost_usd is not None:
+            cost = usd_to_micro(usage.cost_usd)
+        if usage.has_tokens:
+            tin, tout = usage.input_tokens, usage.output_tokens
+            if cost is None:
+                priced = pricing.price_usd(
+                    usage.model or call.options.model, tin, tout,
+                    cache_read_input_tokens=usage.cache_read_input_tokens,
+                    cache_creation_input_tokens=usage.cache_creation_input_tokens,
+                    provider=usage.provider or call.options.provider)
+                cost = usd_to_micro(priced) if priced is not None else None
+    if default_to_estimate:
+        if cost is None:
+            cost = est.get("usd", 0)
+        if usage is None or not usage.has_tokens:
+            tin, tout = est.get("tin", 0), est.get("tout", 0)
+    provider = (usage.provider if usage else None) or call.options.provider
+    return cost or 0, tin, tout, provider
+
+
+def complete(call: Call, result: Any) -> Outcome:
+    """Settle a call that returned: what it reported (or its response carries) is
+    charged, and written behind when it fits in what was held."""
+    state = call.state
+    try:
+        usage = call.collector.usage or usage_from_response(result)
+        cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
+    except Exception as exc:  # noqa: BLE001 - the response's usage cannot be taken
+        _charge_estimate(call)
+        raise InvalidUsageError(f"call {call.call_id} ran, but its usage cannot be "
+                                f"charged ({exc}); its estimate was charged") from exc
+    decision = Decision.ALLOW
+    try:
+        if state.pipeline is not None and call.tool_ctx is not None:
+            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+            state.mirror_pipeline_events(state.pipeline)
+        if state.circuit_breaker is not None:
+            state.circuit_breaker.record_success()
+    finally:  # the money is spent whatever a hook does
+        if call.reserved:
+            amounts = actual_amounts(cost, tin, tout, provider)
+            held = call.held
+            within = all(int(amounts[i + 1]) <= held.get(str(amounts[i]), 0)
+                         for i in range(0, len(amounts), 2))
+            record = node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
+            finish(call, "ok", record, amounts, write_behind=within)
+    return Outcome(decision, result)
+
+
+def _charge_estimate(call: Call) -> None:
+    """Settle a call that ran but whose usage cannot be read or priced at its estimate
+    (it was billed, for an unknown amount); it counts no step and no retry."""
+    cost, tin, tout, provider = spent(call, None, default_to_estimate=True)
+    record = node(call, "error", cost_micro=cost, tin=tin, tout=tout)
+    finish(call, "skip", record, actual_amounts(cost, tin, tout, provider), write_behind=True)
+
+
+def fail(call: Call, exc: BaseException) -> Outcome | None:
+    """Settle a call that did not complete. Returns the outcome, or None to re-raise
+    (interpreter exits, outer cancellations, bad usage reports)."""
+    state = call.state
+    usage = call.collector.usage
+    if state.circuit_breaker is not None and (
+        isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
+    ):
+        state.circuit_breaker.release()  # not a provider failure: free a probe it held
+    if isinstance(exc, CancelledByContext):
+        reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
+        # Work was in flight when it was cancelled: charge what it reported, else its
+        # estimate (it may have been billed).
+        cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
+        record = node(call, reason, cost_micro=cost, tin=tin, tout=tout, usage=usage)
+        finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
+               write_behind=False)
+        if not state.cancellation_token.cancelled:  # the call's own timeout
+            state.record_event(state.event("timeout", f"call exceeded "
+                                           f"{call.options.timeout_ms} ms",
+                                           node_id=call.call_id, scope="call"))
+        return Outcome(Decision.HALT, reason=reason, error=exc)
+    cost, tin, tout, provider = spent(call, usage, default_to_estimate=False)
+    amounts = actual_amounts(cost, tin, tout, provider)
+    if not isinstance(exc, Exception) or isinstance(exc, (InvalidCostError,
+                                                        InvalidUsageError)):
+        # Interpreter exits, outer cancellations and bad usage reports propagate; the
+        # call counts no retry, and what it validly reported is still charged.
+        record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
+        finish(call, "skip", record, amounts, write_behind=True)
+        return None
+    limit_error = next((r for t, r in _LIMIT_ERRORS.items() if isinstance(exc, t)), None)
+    if limit_error is not None:
+        # A tool gave up on a limit (Limits specification): no retry is counted.
+        reason = limit_error
+        record = node(call, "timeout" if reason == "timeout" else "halted",
+                      cost_micro=cost, tin=tin, tout=tout, usage=usage)
+        finish(call, "skip", record, amounts, write_behind=False)
+        state.record_event(state.event(reason, f"{type(exc).__name__}: {exc}",
+                                       node_id=call.call_id, scope="tool"))
+        return Outcome(Decision.HALT, reason=reason, detail=str(exc), error=exc)
+    decision = Decision.RETRY
+    if state.pipeline is not None and call.tool_ctx is not None:
+        decision = state.pipeline.on_error(call.tool_ctx, exc)
+        state.mirror_pipeline_events(state.pipeline)
+    if state.circuit_breaker is not None:
+        state.circuit_breaker.record_failure()
+    record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, retries=1, usage=usage)
+    stops = finish(call, "error", record, amounts, write_behind=False)
+    if any(s.reason == "retry_budget_exceeded" for s in stops) or (
+        state.stopped == "retry_budget_exceeded"
+    ):
+        state.record_event(state.event(
+            "provider_error",
+            f"{type(exc).__name__}: {exc} (retry budget exhausted)",
+            node_id=call.call_id))
+        return Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
+    return Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
+                   error=exc)
+
+
+def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,
+           write_behind: bool) -> list[Stop]:
+    """Settle or release the call's reservation; apply the stops it caused here."""
+    if not call.reserved:
+        return []
+    state = call.state
+    try:
+        stops = state.store.finish(state.path, call.call_id, outcome=outcome, node=record,
+                                   amounts=amounts, write_behind=write_behind)
+    except UNAVAILABLE:
+        # Keep it queued; if it never lands, the lease charges the estimate.
+        stops = state.store.finish(state.path, call.call_id, outcome=outcome, node=record,
+                                   amounts=amounts, write_behind=True)
+    if write_behind:
+        state.coord.schedule_flush()
+    for stop in stops:
+        if stop.ctx_id in state.path.ids:
+            state.handle_stop(stop.reason)
+    return stops

@@ -1,0 +1,443 @@
+"""ExecutionContext: the public facade of a context, chain-level containment whose state
+lives in Redis so that one set of limits holds for a whole tree of agents in any process
+on any machine; and the context variables saying which context runs here.
+
+Ids, one name each: a *context id* names a context (the public API and the records call
+it ``chain_id``); the *root* is the context id of a tree's root; a *call id* names one
+wrapped call and is also the *reservation id* of its hold (the node records call it
+``node_id``); a ledger reservation has a reservation id of its own. docs/architecture.md
+has the whole glossary."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from ..core.amounts import ms_to_datetime
+from ..core.paths import Path
+from ..core.plans import child_plan, open_plan
+from ..errors import InvalidConfigError
+from ..models import (
+    ActiveLimits,
+    ChainMetadata,
+    ContextSnapshot,
+    Decision,
+    ExecutionConfig,
+    SafetyEvent,
+    TokenBudget,
+    WrapOptions,
+    validate_deadline,
+)
+from ..runtime.coordinator import Coordinator
+from ..shield.pipeline import ShieldPipeline, ToolCallContext
+from ..store.errors import UNAVAILABLE
+from .call import Outcome, active_call
+from .cancellation import CancellationToken
+from .ledger import TokenLedger
+from .opening import attach_state, check_type, mint_token, open_state, token_state
+from .reading import active_limits, limit_error, load_snapshot, snapshot
+from .state import ContextState
+from .wrap import run_async, run_sync
+
+log = logging.getLogger("coordinator")
+
+MAX_REASON = 1000
+"""The longest abort reason kept (the rest is cut)."""
+
+active_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
+"""The context of the ``with`` block (or request) running here, if any."""
+
+
+def current_context() -> ExecutionContext | None:
+    """The context of the wrapped call (or ``with`` block) running here, if any."""
+    call = active_call.get()
+    if call is not None and isinstance(call.owner, ExecutionContext):
+        return call.owner
+    return active_context.get()
+
+
+def current_limits() -> ActiveLimits | None:
+    """The limits in force for the running code (deadline, remaining tokens and USD, the
+    tightest over the whole path), or None outside any context. One Redis round trip."""
+    ctx = current_context()
+    return ctx.limits() if ctx is not None else None
+
+
+def current_cancellation_token() -> CancellationToken | None:
+    """The token of the wrapped call running here (set on abort, timeout, or the call's own
+    timeout); synchronous functions poll it."""
+    call = active_call.get()
+    if call is not None:
+        return call.token
+    ctx = active_context.get()
+    return ctx.cancellation_token if ctx is not None else None
+
+
+class ExecutionContext:
+    """Containment for one chain (agent run) that bounds its whole subtree.
+
+    ``with ExecutionContext(config) as ctx`` opens the context in Redis and closes it on
+    exit; ``ExecutionContext.attach(token)`` joins an existing one from any process.
+    """
+
+    # -- construction --------------------------------------------------------------------
+
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        pipeline: ShieldPipeline | None = None,
+        metadata: ChainMetadata | None = None,
+        parent: ExecutionContext | None = None,
+        *,
+        coordinator: Coordinator | None = None,
+        circuit_breaker: Any | None = None,
+    ) -> None:
+        check_type("config", config, ExecutionConfig)
+        if parent is not None:
+            check_type("parent", parent, ExecutionContext)
+        coord = coordinator or (parent._state.coord if parent is not None
+                                else Coordinator.default())
+        self._init(open_state(coord, open_plan(config, is_child=parent is not None),
+                              pipeline, metadata, parent._state if parent else None,
+                              circuit_breaker), parent)
+
+    def _init(self, state: ContextState, parent: ExecutionContext | None) -> None:
+        self._state = state
+        self.parent = parent
+        self._ctx_token: Any = None
+
+    @classmethod
+    def _from_state(cls, state: ContextState, parent: ExecutionContext | None = None
+                    ) -> ExecutionContext:
+        ctx = cls.__new__(cls)
+        ctx._init(state, parent)
+        return ctx
+
+    @classmethod
+    def attach(cls, token: str, coordinator: Coordinator | None = None) -> ExecutionContext:
+        """A handle to the context a token names, from any process. Raises a
+        :class:`~coordinator.errors.TokenError` for a bad token and
+        :class:`~coordinator.errors.ContextNotFoundError` when the context is gone.
+        Leaving a ``with`` block of an attached handle flushes it; it does not close the
+        context (its owner does)."""
+        return cls._from_state(attach_state(coordinator or Coordinator.default(), token))
+
+    @classmethod
+    def spawn_from_token(
+        cls,
+        token: str,
+        coordinator: Coordinator | None = None,
+        **limits: Any,
+    ) -> ExecutionContext:
+        """Open a child of the context a token names, in one round trip: the same as
+        ``attach(token).spawn_child(**limits)`` without reading the parent first (the open
+        script checks that every ancestor exists at the place the token says)."""
+        parent = cls._from_state(token_state(coordinator or Coordinator.default(), token))
+        return parent.spawn_child(**limits)
+
+    @classmethod
+    def load_snapshot(cls, chain_id: str, coordinator: Coordinator | None = None
+                      ) -> ContextSnapshot:
+        """The current state of any context, from any process (including one stopped or
+        closed: its state was persisted in Redis at every step)."""
+        return load_snapshot(coordinator or Coordinator.default(), chain_id)
+
+    def spawn_child(
+        self,
+        max_cost_usd: float | None = None,
+        max_steps: int | None = None,
+        max_retries_total: int | None = None,
+        timeout_ms: int = 0,
+        pipeline: ShieldPipeline | None = None,
+        *,
+        token_budget: TokenBudget | None = None,
+        deadline: datetime | None = None,
+        metadata: ChainMetadata | None = None,
+    ) -> ExecutionContext:
+        """Open a child context. Cost (and every token dimension) defaults to what remains
+        above; steps and retries to the parent's limits. Explicit limits are tightened to
+        what remains above; every ancestor's limits keep applying."""
+        plan = child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
+                          token_budget, deadline)
+        state = open_state(self._state.coord, plan, pipeline, metadata, self._state,
+                           self.circuit_breaker)
+        return ExecutionContext._from_state(state, self)
+
+    # -- identity and settings -----------------------------------------------------------
+
+    @property
+    def chain_id(self) -> str:
+        return self._state.ctx_id
+
+    @property
+    def root_id(self) -> str:
+        return self._state.path.root
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """Context ids from the root down to this one."""
+        return self._state.path.ids
+
+    @property
+    def _path(self) -> Path:
+        return self._state.path
+
+    @property
+    def config(self) -> ExecutionConfig:
+        """The effective limits (as the open reported them)."""
+        return self._state.config
+
+    @property
+    def metadata(self) -> ChainMetadata:
+        return self._state.metadata
+
+    @property
+    def pipeline(self) -> ShieldPipeline | None:
+        return self._state.pipeline
+
+    @pipeline.setter
+    def pipeline(self, pipeline: ShieldPipeline | None) -> None:
+        self._state.pipeline = pipeline
+
+    @property
+    def circuit_breaker(self) -> Any | None:
+        return self._state.circuit_breaker
+
+    @circuit_breaker.setter
+    def circuit_breaker(self, breaker: Any | None) -> None:
+        self._state.circuit_breaker = breaker
+
+    @property
+    def cancellation_token(self) -> CancellationToken:
+        """Set when this context (or one above it) is aborted or times out."""
+        return self._state.cancellation_token
+
+    @property
+    def token(self) -> str:
+        """A signed string naming this context, for another process to :meth:`attach`.
+        It expires at the context's deadline, or after a day."""
+        return mint_token(self._state)
+
+    def enable_call_keys(self) -> None:
+        """Give this handle's calls replayable ids, ``<chain_id>:<n>`` with n counting from
+        0. Work replayed in a new handle of the same context (a task redelivered after its
+        worker died) is then recognised call by call: a call that already finished is not
+        run or charged again (``wrap_*`` returns ALLOW, RETRY or HALT as it ended, and
+        ``evaluate`` returns None), and a call that was in flight is settled once.
+        The replayed work must make its calls in the same order."""
+        self._state.call_seq = itertools.count()
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why this context (or one above it) is stopped, as far as this process knows
+        (set at open, by a halted call, or by a broadcast stop); None while running."""
+        return self._state.stopped
+
+    @property
+    def deadline(self) -> datetime | None:
+        """The effective deadline (the earliest of this context's and its ancestors')."""
+        return ms_to_datetime(self._state.deadline_ms)
+
+    # -- with / async with ---------------------------------------------------------------
+
+    def __enter__(self) -> ExecutionContext:
+        self._ctx_token = active_context.set(self)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._ctx_token is not None:
+            try:
+                active_context.reset(self._ctx_token)
+            except ValueError:  # exited in another context (e.g. another task)
+                active_context.set(None)
+            self._ctx_token = None
+        self.close()
+
+    async def __aenter__(self) -> ExecutionContext:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def close(self) -> None:
+        """Flush this process's queued writes and, if this handle opened the context,
+        close it in Redis (later calls in it and below it halt; keys expire after the
+        coordinator's retention). Idempotent."""
+        state = self._state
+        if state.closed:
+            return
+        state.closed = True
+        coord = state.coord
+        try:
+            state.store.flush()
+            if state.owner and state.pending_open is None:
+                m = state.metadata
+                spent = state.store.close(state.path, coord.retention_s)
+                coord.views.add_closed_tree(
+                    spent, {"org": m.org_id, "team": m.team, "service": m.service},
+                    coord.retention_s)
+        except UNAVAILABLE as exc:
+            log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
+                        "open leases will charge their estimates", self.chain_id, exc)
+        coord.unregister(state)
+
+    def detach(self) -> None:
+        """Let go of this handle without closing the context: flush this process's writes
+        and start the retention clock on the context's keys, but leave it open for work
+        still running under it elsewhere (sub-tasks sent by a task that has returned).
+        Its tree's root closing still ends it. Idempotent; ``close`` after it is a no-op."""
+        state = self._state
+        if state.closed:
+            return
+        state.closed = True
+        try:
+            if state.pending_open is None:
+                state.store.expire_context(state.path, state.coord.retention_s)
+            else:
+                state.store.flush()
+        except UNAVAILABLE as exc:
+            log.warning("detaching %s: Redis unavailable (%s); queued writes stay queued",
+                        self.chain_id, exc)
+        state.coord.unregister(state)
+
+    # -- stops and events ----------------------------------------------------------------
+
+    def abort(self, reason: str) -> None:
+        """Stop this context and its whole subtree, in every process, durably. Running
+        work is cancelled through pub/sub. If Redis is unreachable, the abort is retried
+        in the background until it lands. ``reason`` is kept as the stop's detail (cut at
+        MAX_REASON characters); a reason that is not a string raises TypeError before
+        anything changes."""
+        check_type("reason", reason, str)
+        self._state.handle_stop("aborted")
+        self._state.send_abort(reason[:MAX_REASON])
+
+    def record_event(self, event: SafetyEvent) -> None:
+        """Append an event to this chain's event log (written with the next round trip)."""
+        self._state.record_event(event)
+
+    # -- wrapping ------------------------------------------------------------------------
+
+    def wrap_llm_call(self, fn: Callable[[], Any], options: WrapOptions | None = None
+                      ) -> Decision:
+        """Run ``fn`` under the tree's limits: reserve its estimate at every level, call it,
+        settle what it spent. Returns ALLOW, or HALT/RETRY/DEGRADE without (or after a
+        failed) call. Never raises for a limit."""
+        return run_sync(self._state, self, "llm", fn, options).decision
+
+    def wrap_tool_call(self, fn: Callable[[], Any], options: WrapOptions | None = None
+                       ) -> Decision:
+        """Like :meth:`wrap_llm_call` for a tool (``before_tool_call`` hooks)."""
+        return run_sync(self._state, self, "tool", fn, options).decision
+
+    async def awrap_llm_call(self, fn: Callable[[], Awaitable[Any]],
+                             options: WrapOptions | None = None) -> Decision:
+        """Async twin of :meth:`wrap_llm_call`: ``fn`` is a coroutine function, cancelled
+        when the context is aborted or times out anywhere."""
+        return (await run_async(self._state, self, "llm", fn, options)).decision
+
+    async def awrap_tool_call(self, fn: Callable[[], Awaitable[Any]],
+                              options: WrapOptions | None = None) -> Decision:
+        """Async twin of :meth:`wrap_tool_call`."""
+        return (await run_async(self._state, self, "tool", fn, options)).decision
+
+    # -- egress --------------------------------------------------------------------------
+
+    def check_egress(self, url: str) -> Decision:
+        """Ask the pipeline's ``before_egress`` hooks whether data may be sent to ``url``
+        (call it from a tool before it posts). ALLOW without a pipeline; a refusal's event
+        goes to the chain's event log. TypeError when ``url`` is not a string."""
+        check_type("url", url, str)
+        pipeline = self.pipeline
+        if pipeline is None:
+            return Decision.ALLOW
+        call = active_call.get()
+        tool_ctx = call.tool_ctx if call is not None and call.owner is self else None
+        if tool_ctx is None:
+            m = self.metadata
+            tool_ctx = ToolCallContext(
+                request_id=m.request_id, chain_id=self.chain_id, node_id=uuid.uuid4().hex,
+                kind="tool", model=m.model, org_id=m.org_id, team=m.team, service=m.service,
+                user_id=m.user_id, tags=dict(m.tags))
+        decision = pipeline.before_egress(tool_ctx, url)
+        self._state.mirror_pipeline_events(pipeline)
+        return decision
+
+    # -- the Limits specification: evaluate, limits, ledger ---------------------------
+
+    def evaluate(self, fn: Callable[[], Any], options: WrapOptions | None = None, *,
+                 deadline: datetime | None = None,
+                 token_budget: TokenBudget | None = None) -> Any:
+        """The exception-style twin of :meth:`wrap_llm_call`: returns ``fn``'s result, or
+        raises :class:`~coordinator.errors.PromptEvaluationError` with ``phase`` set to
+        ``preflight`` (invalid limits), ``deadline``, ``token_budget``, or ``halted`` (with
+        the stop reason) for every other stop. A failure of ``fn`` itself is re-raised.
+        ``deadline`` and ``token_budget`` tighten this context's limits for this call and
+        everything it spawns (the call runs in a child context that carries them)."""
+        target = self._tightened(deadline, token_budget)
+        try:
+            outcome = run_sync(target._state, target, "llm", fn, options)
+        finally:
+            if target is not self:
+                target.close()
+        return target._result_or_raise(outcome)
+
+    async def aevaluate(self, fn: Callable[[], Awaitable[Any]],
+                        options: WrapOptions | None = None, *,
+                        deadline: datetime | None = None,
+                        token_budget: TokenBudget | None = None) -> Any:
+        """Async twin of :meth:`evaluate`."""
+        target = self._tightened(deadline, token_budget)
+        try:
+            outcome = await run_async(target._state, target, "llm", fn, options)
+        finally:
+            if target is not self:
+                target.close()
+        return target._result_or_raise(outcome)
+
+    def _tightened(self, deadline: datetime | None, token_budget: TokenBudget | None
+                   ) -> ExecutionContext:
+        if deadline is None and token_budget is None:
+            return self
+        try:
+            validate_deadline(deadline)
+        except ValueError as exc:
+            raise InvalidConfigError("evaluate", [
+                {"loc": ("deadline",), "msg": str(exc), "input": deadline}]) from None
+        return self.spawn_child(deadline=deadline, token_budget=token_budget)
+
+    def _result_or_raise(self, outcome: Outcome) -> Any:
+        if outcome.decision == Decision.ALLOW:
+            return outcome.result
+        if outcome.decision == Decision.RETRY and outcome.error is not None:
+            raise outcome.error
+        reason = outcome.reason or outcome.decision.value
+        raise limit_error(self._state, reason, outcome.detail) from outcome.error
+
+    def limits(self) -> ActiveLimits:
+        """The limits in force here: the tightest over this context and its ancestors."""
+        return active_limits(self._state)
+
+    @property
+    def ledger(self) -> TokenLedger:
+        """This context's :class:`~coordinator.context.ledger.TokenLedger`."""
+        return TokenLedger(self._state)
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def get_snapshot(self) -> ContextSnapshot:
+        """The context's current state, read from Redis (after this process's queued
+        writes). When Redis is unreachable, the last snapshot read (with the events
+        recorded since) is returned."""
+        return snapshot(self._state)
+
+    def __repr__(self) -> str:
+        return f"ExecutionContext(chain_id={self.chain_id!r}, depth={len(self.path) - 1})"

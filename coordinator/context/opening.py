@@ -1,0 +1,105 @@
+"""Making a handle's state: opening a new context (root or child), attaching to one a
+token names, and minting the token that names a context."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from ..core.paths import Path
+from ..core.plans import PLACEHOLDER_CONFIG, OpenPlan, placeholder_metadata
+from ..core.snapshots import config_from_hash
+from ..errors import BackendUnavailableError, ContextNotFoundError, TokenMalformedError
+from ..models import ChainMetadata
+from ..runtime.coordinator import Coordinator
+from ..shield.pipeline import ShieldPipeline
+from ..store.errors import UNAVAILABLE
+from .state import ContextState, PendingOpen
+
+log = logging.getLogger("coordinator")
+
+TOKEN_TTL_S = 24 * 3600
+"""The longest life of a context token (it also ends at the context's deadline)."""
+
+
+def check_type(name: str, value: object, kind: type) -> None:
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}; got {value!r}")
+
+
+def open_state(coord: Coordinator, plan: OpenPlan, pipeline: ShieldPipeline | None,
+               metadata: ChainMetadata | None, parent: ContextState | None,
+               circuit_breaker: Any | None) -> ContextState:
+    """Open a context (a child of ``parent``, else a root) and return its state. When
+    Redis is unreachable, the state is returned unopened: every call halts until Redis
+    answers and the open goes through (fail closed)."""
+    if pipeline is not None:
+        check_type("pipeline", pipeline, ShieldPipeline)
+    if metadata is not None:
+        check_type("metadata", metadata, ChainMetadata)
+    if metadata is None:
+        base = parent.metadata if parent is not None else None
+        ctx_id = uuid.uuid4().hex
+        metadata = (
+            base.model_copy(update={"chain_id": ctx_id})
+            if base is not None
+            else ChainMetadata(request_id=uuid.uuid4().hex, chain_id=ctx_id)
+        )
+    path = (parent.path.child(metadata.chain_id) if parent is not None
+            else Path(metadata.chain_id, (metadata.chain_id,)))
+    state = ContextState(coord, path, plan.config, metadata, pipeline, circuit_breaker,
+                         owner=True, pending_open=PendingOpen(plan, metadata.model_dump_json()))
+    try:
+        state.ensure_open(first=True)
+    except UNAVAILABLE as exc:
+        log.warning("could not open context %s: %s", path.ctx_id, exc)
+    return state
+
+
+def attach_state(coord: Coordinator, token: str) -> ContextState:
+    """The state of the context a token names, read from Redis."""
+    claims = coord.token_codec().decode(token, now=coord.redis_now_ms() / 1000,
+                                        tenant=coord.tenant)
+    try:
+        return state_from_redis(coord, Path(claims.root, claims.path))
+    except UNAVAILABLE as exc:
+        raise BackendUnavailableError("attach", exc) from exc
+
+
+def token_state(coord: Coordinator, token: str) -> ContextState:
+    """A state for the context a token names, without reading it (placeholder limits and
+    metadata): enough to open a child, whose open script checks every ancestor."""
+    claims = coord.token_codec().decode(token, now=coord.redis_now_ms() / 1000,
+                                        tenant=coord.tenant)
+    return ContextState(coord, Path(claims.root, claims.path), PLACEHOLDER_CONFIG,
+                        placeholder_metadata(claims.context), None, None, owner=False)
+
+
+def state_from_redis(coord: Coordinator, path: Path) -> ContextState:
+    h = coord.store.read_hash(path.root, path.ctx_id)
+    if not h:
+        raise ContextNotFoundError(path.ctx_id)
+    if h.get("path") != ",".join(path.ids):
+        # Defence in depth: a validly signed token whose ancestor path is not the one
+        # recorded at open (a leaked key, a buggy issuer) could dodge a level's limits.
+        raise TokenMalformedError("the token's ancestor path is not the context's")
+    state = ContextState(coord, path, config_from_hash(h),
+                         ChainMetadata(**json.loads(h["meta"])), None, None, owner=False)
+    state.activate(int(h.get("deadline") or 0))
+    if h.get("status") == "stopped":
+        state.handle_stop(h.get("reason") or "stopped")
+    return state
+
+
+def mint_token(state: ContextState) -> str:
+    """A signed token naming the context, for another process to attach. It expires at
+    the context's deadline, or after TOKEN_TTL_S."""
+    coord = state.coord
+    now_s = coord.redis_now_ms() / 1000
+    ttl = TOKEN_TTL_S
+    if state.deadline_ms:
+        ttl = max(1, min(ttl, int(state.deadline_ms / 1000 - now_s) + 1))
+    return coord.token_codec().encode(root=state.path.root, path=state.path.ids,
+                                      tenant=coord.tenant, ttl_s=ttl, now=now_s)

@@ -1,0 +1,186 @@
+"""ContextState: what one local handle knows of its context (where it sits, whether it is
+open, stopped or closed, the events recorded while Redis was away) and the few things it
+does with that knowledge. The facade, the per-call machinery and the ledger share it."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.amounts import micro_to_usd
+from ..core.paths import Path
+from ..core.plans import OpenPlan
+from ..core.script_constants import HOOK
+from ..errors import ContextExistsError, ContextNotFoundError, TokenMalformedError
+from ..models import ChainMetadata, ContextSnapshot, Decision, ExecutionConfig, SafetyEvent
+from ..runtime.coordinator import Coordinator
+from ..shield.pipeline import ShieldPipeline
+from ..store.errors import UNAVAILABLE
+from ..store.tree import OpenRefused, Store
+from .cancellation import CancellationToken
+
+log = logging.getLogger("coordinator")
+
+CANCELLING_REASONS = frozenset({"aborted", "timeout"})
+"""Stops that cancel work in flight. Ceiling stops (budget, steps, retries, tokens) let
+calls that already hold a reservation finish: they fit under the ceiling by design."""
+
+
+@dataclass(frozen=True)
+class PendingOpen:
+    """An open not yet done in Redis (it was unreachable when the handle was made)."""
+
+    plan: OpenPlan
+    meta_json: str
+
+
+@dataclass(eq=False)
+class ContextState:
+    """One handle's state. Equality is identity (a handle is tracked in weak sets)."""
+
+    coord: Coordinator
+    path: Path
+    config: ExecutionConfig
+    metadata: ChainMetadata
+    pipeline: ShieldPipeline | None
+    circuit_breaker: Any | None
+    owner: bool
+    """True when this handle opened the context (closing it closes it in Redis)."""
+    pending_open: PendingOpen | None = None
+    cancellation_token: CancellationToken = field(default_factory=CancellationToken)
+    stopped: str | None = None
+    closed: bool = False
+    deadline_ms: int = 0
+    mirrored: int = 0
+    offline_events: list[SafetyEvent] = field(default_factory=list)
+    last_snapshot: ContextSnapshot | None = None
+    call_seq: itertools.count[int] | None = None
+    store: Store = field(init=False)
+    """The coordinator's store (kept here: the hot path reads it on every call)."""
+
+    def __post_init__(self) -> None:
+        self.store = self.coord.store
+
+    @property
+    def tree_path(self) -> Path:
+        """Where the context sits (what the stop listener matches broadcasts against)."""
+        return self.path
+
+    @property
+    def ctx_id(self) -> str:
+        return self.path.ctx_id
+
+    # -- opening -------------------------------------------------------------------------
+
+    def ensure_open(self, *, first: bool = False) -> None:
+        """Open the context in Redis if that has not happened yet (fails closed)."""
+        pending = self.pending_open
+        if pending is None:
+            return
+        plan = pending.plan
+        opened = self.store.open(
+            self.path, request_id=self.metadata.request_id, meta_json=pending.meta_json,
+            config_json=plan.config_json, timeout_ms=plan.config.timeout_ms,
+            deadline_ms=plan.deadline_ms, triples=plan.triples)
+        if isinstance(opened, OpenRefused):
+            if opened.reason == "missing":
+                raise ContextNotFoundError(opened.ancestor or "")
+            if opened.reason == "bad_path":
+                raise TokenMalformedError(f"{opened.ancestor} is not at that place in the tree")
+            if first:
+                raise ContextExistsError(self.ctx_id)
+            # A retried open whose first attempt went through before the connection broke.
+            h = self.store.read_hash(self.path.root, self.ctx_id)
+            self.pending_open = None
+            self.activate(int(h.get("deadline") or 0))
+            return
+        self.coord.observe_redis_time(opened.created_ms)
+        self.apply_limits(opened.limits)
+        self.pending_open = None
+        self.activate(opened.deadline_ms)
+        if opened.stop_reason:
+            self.handle_stop(opened.stop_reason)
+
+    def apply_limits(self, limits: dict[str, int]) -> None:
+        """Make ``config`` state the effective limits the open reported (a root's are
+        those it asked for: no copy then)."""
+        effective: dict[str, Any] = {}
+        if "usd" in limits:
+            effective["max_cost_usd"] = micro_to_usd(limits["usd"])
+        if "steps" in limits:
+            effective["max_steps"] = limits["steps"]
+        if "retries" in limits:
+            effective["max_retries_total"] = limits["retries"]
+        update = {k: v for k, v in effective.items() if getattr(self.config, k) != v}
+        if update:
+            self.config = self.config.model_copy(update=update)
+
+    def activate(self, deadline_ms: int) -> None:
+        """The context exists in Redis: listen for its stops, and time its deadline."""
+        self.deadline_ms = deadline_ms
+        self.coord.register(self)
+        if deadline_ms:
+            self.coord.call_at_redis_ms(deadline_ms, self.deadline_reached)
+
+    # -- stops ---------------------------------------------------------------------------
+
+    def handle_stop(self, reason: str) -> None:
+        """This context or an ancestor was stopped (heard here or by pub/sub)."""
+        self.stopped = reason
+        if reason in CANCELLING_REASONS:
+            self.cancellation_token.cancel(reason)
+
+    def deadline_reached(self) -> None:
+        if self.closed:
+            return
+        try:
+            reply = self.store.abort(self.path, "timeout", "deadline reached")
+        except UNAVAILABLE:
+            reply = None  # Redis will stop it itself at the next reserve (TIME > deadline)
+        if reply is not None and reply.outcome == "early":
+            # early by our clock estimate: try again when Redis agrees
+            self.coord.call_later(max(0.001, reply.wait_ms / 1000), self.deadline_reached)
+            return
+        self.handle_stop("timeout")
+
+    def send_abort(self, detail: str) -> None:
+        """Make the abort durable in Redis, retrying in the background until it lands."""
+        try:
+            self.ensure_open()
+            self.store.abort(self.path, "aborted", detail)
+        except UNAVAILABLE as exc:
+            log.warning("abort of %s not yet durable (%s); retrying", self.ctx_id, exc)
+            self.coord.call_later(0.5, lambda: self.send_abort(detail))
+
+    # -- events --------------------------------------------------------------------------
+
+    def record_event(self, event: SafetyEvent) -> None:
+        """Append an event to the context's event log (written with the next round trip)."""
+        self.store.queue_event(self.path, event.model_dump_json())
+        self.coord.schedule_flush()
+
+    def event(self, event_type: str, reason: str, decision: Decision = Decision.HALT,
+              **metadata: Any) -> SafetyEvent:
+        """A SafetyEvent of the core itself (hook ``HOOK``) about this context."""
+        return SafetyEvent(event_type=event_type, decision=decision, reason=reason, hook=HOOK,
+                           request_id=self.metadata.request_id,
+                           metadata={"chain_id": self.ctx_id, **metadata})
+
+    def mirror_pipeline_events(self, pipeline: ShieldPipeline) -> None:
+        """Copy the pipeline's events recorded since the last call to the event log."""
+        events = pipeline.get_events()
+        for event in events[self.mirrored:]:
+            self.record_event(event)
+        self.mirrored = len(events)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def next_call_id(self) -> tuple[str, bool]:
+        """The next call's id and whether it is keyed: ``<ctx_id>:<n>`` once call keys
+        are enabled, else a random one."""
+        if self.call_seq is None:
+            return secrets.token_hex(16), False
+        return f"{self.ctx_id}:{next(self.call_seq)}", True

@@ -1,0 +1,110 @@
+"""The wrap loops: run a call's function between ``begin`` and ``complete``/``fail`` (see
+call.py), synchronously or as an asyncio task cancelled with its context, retrying as its
+options allow. Both loops share every step but the call itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..core.usage import reset_collector, set_collector
+from ..models import Decision, WrapOptions
+from .call import Call, Kind, Outcome, active_call, begin, complete, fail
+from .cancellation import CancelledByContext
+from .state import ContextState
+
+_NO_OPTIONS = WrapOptions()
+
+
+def checked_options(fn: object, options: object) -> WrapOptions:
+    """The options of a wrap call, once its arguments are known to be right (before
+    anything is reserved): raises TypeError otherwise."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments; got {fn!r}")
+    if options is None:
+        return _NO_OPTIONS
+    if not isinstance(options, WrapOptions):
+        raise TypeError(f"options must be a WrapOptions; got {options!r}")
+    return options
+
+
+def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
+             options: WrapOptions | None) -> Outcome:
+    opts = checked_options(fn, options)
+    attempts = 1 + (opts.retry_policy_override or 0)
+    for attempt in range(attempts):
+        call = begin(state, owner, kind, opts)
+        if isinstance(call, Outcome):
+            return call
+        vars_ = _enter(call)
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+            outcome = fail(call, exc)
+            if outcome is None:
+                raise
+            if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
+                continue
+            return outcome
+        finally:
+            _exit(call, vars_)
+        return complete(call, result)
+    raise AssertionError("unreachable")
+
+
+async def run_async(state: ContextState, owner: object, kind: Kind,
+                    fn: Callable[[], Awaitable[Any]], options: WrapOptions | None) -> Outcome:
+    opts = checked_options(fn, options)
+    attempts = 1 + (opts.retry_policy_override or 0)
+    loop = asyncio.get_running_loop()
+    for attempt in range(attempts):
+        call = begin(state, owner, kind, opts)
+        if isinstance(call, Outcome):
+            return call
+        vars_ = _enter(call)
+        try:
+            task = loop.create_task(_as_coroutine(fn))
+        finally:
+            _exit(call, vars_, detach=False)
+        unhook = call.token.on_cancel(_canceller(loop, task))
+        try:
+            result = await task
+        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+            if isinstance(exc, asyncio.CancelledError) and call.token.cancelled:
+                exc = CancelledByContext(call.token.reason or "cancelled")
+            outcome = fail(call, exc)
+            if outcome is None:
+                raise
+            if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
+                continue
+            return outcome
+        finally:
+            unhook()
+            if call.token is not state.cancellation_token:
+                call.token.detach()
+        return complete(call, result)
+    raise AssertionError("unreachable")
+
+
+def _enter(call: Call) -> tuple[Any, Any]:
+    return active_call.set(call), set_collector(call.collector)
+
+
+def _exit(call: Call, vars_: tuple[Any, Any], *, detach: bool = True) -> None:
+    reset_collector(vars_[1])
+    active_call.reset(vars_[0])
+    if detach and call.token is not call.state.cancellation_token:
+        call.token.detach()
+
+
+async def _as_coroutine(fn: Callable[[], Awaitable[Any]]) -> Any:
+    return await fn()
+
+
+def _canceller(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
+               ) -> Callable[[str], None]:
+    """A token callback (run on any thread) that cancels ``task`` on its loop."""
+    def cancel(_reason: str) -> None:
+        loop.call_soon_threadsafe(task.cancel)
+    return cancel

@@ -1,0 +1,112 @@
+"""Key names. Every key of one tree carries the root id as its hash tag, so a script can
+touch the whole tree on one Redis Cluster slot. Scripts never build key names: the
+client passes them all in KEYS."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TENANT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+DASH_SORTS = ("spend", "fraction", "burn", "age")
+"""The orders the dashboard keeps a sorted index of (``dash_index``; ``age``: newest first)."""
+
+
+def validate_tenant(tenant: str) -> str:
+    """Return ``tenant`` if it is usable in key names ('' is the default tenant)."""
+    if tenant and not _TENANT.match(tenant):
+        raise ValueError(f"tenant {tenant!r} must match {_TENANT.pattern}")
+    return tenant
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """Key names of one tenant. Different tenants never share a key or a channel."""
+
+    tenant: str = ""
+
+    @property
+    def prefix(self) -> str:
+        return f"bc:t:{self.tenant}" if self.tenant else "bc"
+
+    @property
+    def abort_channel(self) -> str:
+        return f"{self.prefix}:abort"
+
+    @property
+    def ledger_channel(self) -> str:
+        """Pub/sub channel of TokenLedgerUpdated events (all trees of the tenant)."""
+        return f"{self.prefix}:ledger"
+
+    def ledger(self, root: str) -> str:
+        """Stream of a tree's TokenLedgerUpdated events."""
+        return f"{self.prefix}:{{{root}}}:ledger"
+
+    def ctx(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:ctx:{ctx_id}"
+
+    def kids(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:kids:{ctx_id}"
+
+    def nodes(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:nodes:{ctx_id}"
+
+    def events(self, root: str, ctx_id: str) -> str:
+        return f"{self.prefix}:{{{root}}}:events:{ctx_id}"
+
+    def reservations(self, root: str) -> str:
+        return f"{self.prefix}:{{{root}}}:res"
+
+    def done(self, root: str) -> str:
+        """How keyed calls (replayable call ids) finished."""
+        return f"{self.prefix}:{{{root}}}:done"
+
+    def leases(self, root: str) -> str:
+        return f"{self.prefix}:{{{root}}}:leases"
+
+    def locator(self, ctx_id: str) -> str:
+        """Cross-tree index: context id -> root id (a view, written outside the scripts)."""
+        return f"{self.prefix}:where:{ctx_id}"
+
+    def spend_by(self, label: str, day: str) -> str:
+        """Cross-tree view: micro-USD of the trees closed on ``day`` (UTC, YYYY-MM-DD) by
+        ``org``, ``team`` or ``service``."""
+        return f"{self.prefix}:spend:{label}:{day}"
+
+    @property
+    def active_roots(self) -> str:
+        """Cross-tree index: root ids of trees not yet closed, by creation time."""
+        return f"{self.prefix}:roots"
+
+    # The dashboard's views: written by its indexer outside the scripts, rebuilt from the
+    # tree hashes at any time (docs/dashboard.md).
+
+    def dash_index(self, sort: str, scope: str) -> str:
+        """Zset root -> score by ``sort`` (DASH_SORTS) within ``scope`` (``all`` or
+        ``label=value``)."""
+        return f"{self.prefix}:dash:idx:{sort}:{scope}"
+
+    def dash(self, name: str) -> str:
+        """One of the dashboard's per-tenant keys: ``rate`` (hash root -> USD per minute),
+        ``samples`` (hash root -> burn samples JSON), ``indexed`` (hash root -> labels
+        JSON), ``shield`` (set of breaker and window keys seen), ``leader`` (the indexer's
+        lease), and the channels ``alerts`` and ``index`` (trees just indexed)."""
+        return f"{self.prefix}:dash:{name}"
+
+    def dash_open(self, name: str) -> str:
+        """Hash value -> micro-USD (or count) of the open trees by ``name`` (org, team,
+        service, provider, stops, held)."""
+        return f"{self.prefix}:dash:open:{name}"
+
+    def dash_closed_provider(self, day: str) -> str:
+        """Hash provider -> micro-USD of the trees closed on ``day``."""
+        return f"{self.prefix}:dash:closed:provider:{day}"
+
+    def dash_alerted(self, root: str, threshold: str) -> str:
+        """An alert's dedup key (SET NX, expires)."""
+        return f"{self.prefix}:dash:alerted:{root}:{threshold}"
+
+    def path_keys(self, root: str, path: tuple[str, ...]) -> list[str]:
+        """Context hash keys of a path, root first."""
+        return [self.ctx(root, c) for c in path]

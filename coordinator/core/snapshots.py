@@ -1,0 +1,102 @@
+"""Reading a context's state back from Redis: snapshots and effective limits. Pure
+functions over what the store returns (no Redis I/O here)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from ..errors import ContextNotFoundError
+from ..models import (
+    ChainMetadata,
+    ContextSnapshot,
+    ExecutionConfig,
+    NodeRecord,
+    SafetyEvent,
+)
+from .amounts import micro_to_usd, ms_to_datetime, token_limits, token_totals
+from .paths import Path
+
+
+def config_from_hash(h: dict[str, str]) -> ExecutionConfig:
+    """The effective limits of a context, read back from its hash."""
+    requested = json.loads(h.get("config") or "{}")
+    return ExecutionConfig.model_construct(
+        max_cost_usd=micro_to_usd(int(h.get("l:usd") or 0)),
+        max_steps=int(h.get("l:steps") or 0),
+        max_retries_total=int(h.get("l:retries") or 0),
+        timeout_ms=int(requested.get("timeout_ms") or 0),
+        token_budget=None,
+        deadline=ms_to_datetime(int(h.get("deadline") or 0)),
+    )
+
+
+def event_from_json(text: str) -> SafetyEvent:
+    data = json.loads(text)
+    ts = data.get("ts")
+    if isinstance(ts, (int, float)):  # written by Lua in Redis ms
+        data["ts"] = datetime.fromtimestamp(ts / 1000, tz=timezone.utc)
+    if data.get("metadata") == []:  # cjson encodes an empty table as an array
+        data["metadata"] = {}
+    return SafetyEvent(**data)
+
+
+def build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[str],
+                    event_json: list[str], now_ms: int,
+                    offline_events: list[SafetyEvent]) -> ContextSnapshot:
+    h = hashes[-1]
+    if not h:
+        raise ContextNotFoundError(path.ctx_id)
+    stopped_by = None
+    reason = None
+    for cid, level in zip(reversed(path.ids), reversed(hashes), strict=True):
+        if level.get("status") == "stopped":
+            stopped_by, reason = cid, level.get("reason")
+            break
+    status = h.get("status", "running")
+    if status == "running" and stopped_by is not None:
+        status = "stopped"
+    if status == "running" and any(x.get("status") == "closed" for x in hashes[:-1]):
+        status = "closed"
+    created = int(h.get("created_ms") or now_ms)
+    end = int(h.get("stopped_ms") or h.get("closed_ms") or now_ms)
+    if stopped_by is not None and stopped_by != path.ctx_id:
+        level = hashes[path.ids.index(stopped_by)]
+        end = min(end, int(level.get("stopped_ms") or end))
+    requested = json.loads(h.get("config") or "{}")
+    clamped = [*requested.get("clamped", []),
+               *[dim_name(d) for d in (h.get("clamped") or "").split(",") if d]]
+    return ContextSnapshot(
+        chain_id=path.ctx_id,
+        request_id=h.get("request_id", ""),
+        step_count=int(h.get("u:steps") or 0),
+        cost_usd_accumulated=micro_to_usd(int(h.get("u:usd") or 0)),
+        retries_used=int(h.get("u:retries") or 0),
+        aborted=stopped_by is not None,
+        abort_reason=reason,
+        elapsed_ms=float(max(0, end - created)),
+        nodes=[NodeRecord(**json.loads(n)) for n in node_json],
+        events=[*(event_from_json(e) for e in event_json), *offline_events],
+        parent_chain_id=path.parent_id,
+        root_chain_id=path.root,
+        status=status,
+        stopped_by=stopped_by,
+        max_cost_usd=micro_to_usd(int(h.get("l:usd") or 0)),
+        max_steps=int(h.get("l:steps") or 0),
+        max_retries_total=int(h.get("l:retries") or 0),
+        cost_usd_reserved=micro_to_usd(int(h.get("h:usd") or 0)),
+        tokens=token_totals(h),
+        token_limits=token_limits(h),
+        deadline=ms_to_datetime(int(h.get("deadline") or 0)),
+        clamped=clamped,
+        depth=int(h.get("depth") or 0),
+        metadata=ChainMetadata(**json.loads(h["meta"])) if h.get("meta") else None,
+    )
+
+
+def dim_name(dim: str) -> str:
+    """Storage dimension -> user name (``openai.ttot`` -> ``openai.total``)."""
+    names = {"ttot": "total", "tin": "input", "tout": "output", "usd": "max_cost_usd"}
+    slug, _, base = dim.rpartition(".")
+    name = names.get(base, base)
+    return f"{slug}.{name}" if slug else name

@@ -1,0 +1,2 @@
+"""The runtime: the Coordinator (connection and wiring), settings, background work and the
+stop listener."""

@@ -1,0 +1,195 @@
+"""Coordinator: wires one Redis connection to the store, the views, the token codec and
+the process's background work (timers, flusher, lease renewal, stop listener)."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.keys import KeySpace, validate_tenant
+from ..core.token_codec import TokenCodec, parse_keys
+from ..store.channels import StopSubscription, wake
+from ..store.connection import Client, connect, shared_dev_key
+from ..store.errors import RedisError
+from ..store.tree import Store
+from ..store.views import Views
+from .flusher import Flusher
+from .leases import LeaseRenewer
+from .settings import DEFAULT_LEASE_MS, DEFAULT_RETENTION_S, default_url
+from .stop_listener import StopListener, StopTarget
+from .timers import Timers
+
+log = logging.getLogger("coordinator")
+
+
+class Coordinator:
+    """A Redis connection with the scripts loaded, the token keys and the stop listener.
+
+    Use :meth:`from_url`, or :meth:`default` for the process-wide one built from
+    ``BUDGET_REDIS_URL`` / ``REDIS_URL`` / ``redis://localhost:6379/0``.
+    """
+
+    _default: Coordinator | None = None
+    _default_lock = threading.Lock()
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        tenant: str = "",
+        token_keys: dict[str, bytes] | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        retention_s: int = DEFAULT_RETENTION_S,
+        fail_open: bool = False,
+    ) -> None:
+        self.client = client
+        self.keyspace = KeySpace(validate_tenant(tenant))
+        self.tenant = tenant
+        self.store = Store(client, self.keyspace, lease_ms)
+        self.views = Views(client, self.keyspace)
+        self.retention_s = retention_s
+        self.fail_open = fail_open
+        """Opt-in: when Redis is unreachable, run calls without a budget instead of
+        halting them. Off by default (fail closed)."""
+        self._token_keys = token_keys
+        self._codec: TokenCodec | None = None
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._timers: Timers | None = None
+        self._listener: StopListener | None = None
+        self._closed = False
+        self._clock_offset_ms = 0.0  # Redis time - local time, refreshed on every reserve
+        self._flusher = Flusher(self.store.flush, self.call_later)
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> Coordinator:
+        """Connect to ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
+        users). Unless given here, token keys come from ``BUDGET_TOKEN_KEYS``, the tenant
+        from ``BUDGET_TENANT``, the lease from ``BUDGET_LEASE_MS`` and the retention of
+        closed trees from ``BUDGET_RETENTION_S``."""
+        client = connect(url)
+        if "token_keys" not in kwargs and os.environ.get("BUDGET_TOKEN_KEYS"):
+            kwargs["token_keys"] = parse_keys(os.environ["BUDGET_TOKEN_KEYS"])
+        kwargs.setdefault("tenant", os.environ.get("BUDGET_TENANT", ""))
+        for env, name in (("BUDGET_LEASE_MS", "lease_ms"), ("BUDGET_RETENTION_S", "retention_s")):
+            if name not in kwargs and os.environ.get(env):
+                kwargs[name] = int(os.environ[env])
+        return cls(client, **kwargs)
+
+    @classmethod
+    def default(cls) -> Coordinator:
+        """The process-wide coordinator (rebuilt in a forked child)."""
+        current = cls._default
+        if current is not None and current._pid == os.getpid():
+            return current
+        with cls._default_lock:
+            if cls._default is None or cls._default._pid != os.getpid():
+                cls._default = cls.from_url(default_url())
+            return cls._default
+
+    @classmethod
+    def set_default(cls, coordinator: Coordinator | None) -> None:
+        """Make ``coordinator`` the process-wide default (None resets it)."""
+        with cls._default_lock:
+            cls._default = coordinator
+
+    # -- tokens --------------------------------------------------------------------------
+
+    def token_codec(self) -> TokenCodec:
+        """The token codec, built on first use from the configured keys, else by
+        :meth:`provision_token_keys` (which writes to Redis)."""
+        if self._codec is None:
+            self._codec = TokenCodec(self._token_keys or self.provision_token_keys())
+        return self._codec
+
+    def provision_token_keys(self) -> dict[str, bytes]:
+        """The development key shared through this Redis (``<prefix>:token-dev-key``,
+        created by the first process that asks): the signing key when no keys are
+        configured. Anyone who can read this Redis can mint tokens with it, so configure
+        ``BUDGET_TOKEN_KEYS`` in production."""
+        name = f"{self.keyspace.prefix}:token-dev-key"
+        keys = {"dev": shared_dev_key(self.client, name)}
+        log.warning("BUDGET_TOKEN_KEYS is not set: signing context tokens with a "
+                    "development key kept in Redis (%s); not for production", name)
+        return keys
+
+    # -- Redis time ----------------------------------------------------------------------
+
+    def redis_now_ms(self) -> float:
+        """The current Redis time, estimated from the last offset measured."""
+        return time.time() * 1000 + self._clock_offset_ms
+
+    def observe_redis_time(self, redis_ms: int) -> None:
+        self._clock_offset_ms = redis_ms - time.time() * 1000
+
+    # -- local contexts and background work ----------------------------------------------
+
+    def register(self, ctx: StopTarget) -> None:
+        """Track a local handle so that stops broadcast from anywhere reach it."""
+        listener = self._ensure_threads()
+        listener.add(ctx)
+
+    def unregister(self, ctx: StopTarget) -> None:
+        if self._listener is not None:
+            self._listener.discard(ctx)
+
+    def call_at_redis_ms(self, redis_ms: int, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in the background when Redis time reaches ``redis_ms``."""
+        delay = (redis_ms - self.redis_now_ms()) / 1000
+        self.call_later(max(0.0, delay), fn)
+
+    def call_later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        self._ensure_threads()
+        assert self._timers is not None
+        self._timers.call_at(time.monotonic() + delay_s, fn)
+
+    def schedule_flush(self) -> None:
+        """Make sure queued writes are sent soon (see :class:`Flusher`)."""
+        self._flusher.schedule()
+
+    def _ensure_threads(self) -> StopListener:
+        listener = self._listener
+        if listener is not None and self._timers is not None and self._pid == os.getpid():
+            return listener
+        with self._lock:
+            if (self._listener is not None and self._timers is not None
+                    and self._pid == os.getpid()):
+                return self._listener
+            self._pid = os.getpid()
+            self._closed = False
+            self._timers = Timers("budget-timers")
+            previous = self._listener
+            listener = StopListener(
+                lambda: StopSubscription(self.client, self.keyspace.abort_channel),
+                self.store.read_stops)
+            if previous is not None:  # forked: the parent's handles are ours too
+                for target in previous._targets_now():
+                    listener.add(target)
+            self._listener = listener
+            listener.start()
+            atexit.register(self.close)
+        LeaseRenewer(self.store.renew_leases, self.store.lease_ms, self.call_later,
+                     lambda: self._closed).start()
+        return listener
+
+    def close(self) -> None:
+        """Flush queued writes and stop the background threads."""
+        if self._closed:
+            return
+        try:
+            self.store.flush()
+        except RedisError as exc:
+            log.warning("could not flush queued writes at exit: %s (their leases will "
+                        "expire and charge the estimates)", exc)
+        self._closed = True
+        if self._timers is not None:
+            self._timers.close()
+        if self._listener is not None:
+            self._listener.stop(lambda: wake(self.client, self.keyspace.abort_channel))

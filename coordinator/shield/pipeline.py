@@ -1,0 +1,100 @@
+"""ShieldPipeline: per-call policy hooks that an ExecutionContext consults after its own
+limits (the ExecutionContext specification, section 7)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..models import Decision, SafetyEvent
+
+
+@dataclass(frozen=True)
+class ToolCallContext:
+    """What a hook sees of one call."""
+
+    request_id: str
+    chain_id: str
+    node_id: str
+    kind: str
+    operation_name: str = ""
+    cost_estimate_usd: float = 0.0
+    provider: str | None = None
+    model: str | None = None
+    org_id: str = ""
+    team: str = ""
+    service: str = ""
+    user_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    step_count: int = 0
+    """Steps completed in the context before this call (as last seen by this process)."""
+
+
+class ShieldHook(Protocol):
+    """A hook implements any subset of these methods; a missing one allows. Returning
+    None means ALLOW."""
+
+    def before_llm_call(self, ctx: ToolCallContext) -> Decision | None: ...
+    def before_tool_call(self, ctx: ToolCallContext) -> Decision | None: ...
+    def before_egress(self, ctx: ToolCallContext, url: str) -> Decision | None: ...
+    def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision | None: ...
+    def on_error(self, ctx: ToolCallContext, error: BaseException) -> Decision | None: ...
+
+
+class ShieldPipeline:
+    """An ordered list of hooks. The first non-ALLOW decision wins and is recorded as a
+    SafetyEvent (hooks may also record their own through :meth:`record`)."""
+
+    def __init__(self, *hooks: Any) -> None:
+        self.hooks = list(hooks)
+        self._events: list[SafetyEvent] = []
+        self._lock = threading.Lock()
+
+    def add_hook(self, hook: Any) -> None:
+        self.hooks.append(hook)
+
+    def record(self, event: SafetyEvent) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    def get_events(self) -> list[SafetyEvent]:
+        """Every event the pipeline recorded, oldest first."""
+        with self._lock:
+            return list(self._events)
+
+    def _consult(self, method: str, ctx: ToolCallContext, *args: Any) -> Decision:
+        for hook in self.hooks:
+            fn = getattr(hook, method, None)
+            if fn is None:
+                continue
+            decision = fn(ctx, *args)
+            if decision is not None and decision != Decision.ALLOW:
+                if not getattr(hook, "records_own_events", False):
+                    self.record(SafetyEvent(
+                        event_type=f"{method}_{decision.value.lower()}",
+                        decision=decision,
+                        reason=f"{type(hook).__name__}.{method} returned {decision.value}",
+                        hook=type(hook).__name__,
+                        request_id=ctx.request_id,
+                        metadata={"chain_id": ctx.chain_id, "node_id": ctx.node_id},
+                    ))
+                return Decision(decision)
+        return Decision.ALLOW
+
+    def before_llm_call(self, ctx: ToolCallContext) -> Decision:
+        return self._consult("before_llm_call", ctx)
+
+    def before_tool_call(self, ctx: ToolCallContext) -> Decision:
+        return self._consult("before_tool_call", ctx)
+
+    def before_egress(self, ctx: ToolCallContext, url: str) -> Decision:
+        return self._consult("before_egress", ctx, url)
+
+    def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision:
+        return self._consult("before_charge", ctx, cost_usd)
+
+    def on_error(self, ctx: ToolCallContext, error: BaseException) -> Decision:
+        """The first hook's non-ALLOW decision, else RETRY."""
+        decision = self._consult("on_error", ctx, error)
+        return Decision.RETRY if decision == Decision.ALLOW else decision

@@ -1,0 +1,2 @@
+"""The Redis layer: the only code that imports ``redis`` (scripts, the write-behind wire,
+tree operations, cross-tree views, the shield's script calls)."""

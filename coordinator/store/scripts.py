@@ -1,0 +1,76 @@
+"""Loads the Lua scripts and registers them with redis-py (EVALSHA, reload on NOSCRIPT)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from ..core.script_constants import LUA_CONSTANTS
+
+SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
+                "breaker_check", "breaker_record", "window")
+
+
+def lua_dir() -> Path:
+    """The scripts' folder: inside the installed wheel, else the repository's lua/."""
+    packaged = Path(str(resources.files("coordinator"))) / "lua"
+    if (packaged / "reserve.lua").is_file():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "lua"
+
+
+def _lua_literal(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def prelude() -> str:
+    """The Lua locals every script starts with: the constants shared with Python
+    (coordinator/core/script_constants.py), defined there once."""
+    lines = ["-- constants from coordinator/core/script_constants.py"]
+    lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def script_source(name: str) -> str:
+    """The source registered for ``name``: the prelude of shared constants, lib.lua, then
+    the script itself."""
+    folder = lua_dir()
+    lib = (folder / "lib.lua").read_text()
+    return prelude() + lib + "\n" + (folder / f"{name}.lua").read_text()
+
+
+class Scripts:
+    """The registered scripts of one client.
+
+    Direct calls go through redis-py's ``Script`` (which reloads on NOSCRIPT). Pipelined
+    calls use ``evalsha`` with the same SHA; :meth:`load` re-sends them when a pipeline
+    reports NOSCRIPT (redis-py's own pipeline path would add a SCRIPT EXISTS round trip
+    to every pipeline).
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self.by_name: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+
+    def __getattr__(self, name: str) -> Script:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def load(self) -> None:
+        """(Re)load every script into the server's cache."""
+        for script in self.by_name.values():
+            script.sha = self._client.script_load(script.script)
+
+    def queue(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        """Queue an EVALSHA of ``name`` on a pipeline."""
+        pipe.evalsha(self.by_name[name].sha, len(keys), *keys, *args)

@@ -1,0 +1,92 @@
+"""The shield's scripts (circuit breaker, budget windows) as calls for the store: a
+breaker check and a window check share one round trip, and each reply is decoded here,
+once, into a typed result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .tree import Store
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """One EVALSHA to send: the script's name, its KEYS and its ARGV."""
+
+    name: str
+    keys: list[str]
+    args: list[Any]
+
+
+@dataclass(frozen=True)
+class BreakerCheck:
+    """breaker_check.lua's reply: may a call go out, and the breaker's state."""
+
+    allowed: bool
+    state: str
+    """CLOSED, OPEN or HALF_OPEN."""
+    failures: int
+    took_probe: bool
+    """This check took the half-open probe."""
+    wait_ms: int
+    """How long until OPEN turns HALF_OPEN, or the probe held elsewhere expires."""
+
+
+@dataclass(frozen=True)
+class BreakerRecord:
+    """breaker_record.lua's reply: the state after recording an outcome."""
+
+    state: str
+    failures: int
+
+
+@dataclass(frozen=True)
+class WindowCheck:
+    """window.lua's reply: the window's verdict (0 ALLOW, 1 DEGRADE, 2 HALT) and its
+    content after the call."""
+
+    code: int
+    calls: int
+    micro_usd: int
+    now_ms: int
+    retry_after_ms: int
+
+
+def decode_breaker_check(reply: list[Any]) -> BreakerCheck:
+    allowed, state, failures, took_probe, wait_ms = reply
+    return BreakerCheck(bool(int(allowed)), str(state), int(failures), bool(int(took_probe)),
+                        int(wait_ms))
+
+
+def decode_breaker_record(reply: list[Any]) -> BreakerRecord:
+    state, failures = reply
+    return BreakerRecord(str(state), int(failures))
+
+
+def decode_window(reply: list[Any]) -> WindowCheck:
+    code, calls, micro, now, retry = (int(x) for x in reply)
+    return WindowCheck(code, calls, micro, now, retry)
+
+
+DECODERS: dict[str, Callable[[list[Any]], Any]] = {
+    "breaker_check": decode_breaker_check,
+    "breaker_record": decode_breaker_record,
+    "window": decode_window,
+}
+
+
+class ShieldScripts:
+    """Runs shield script calls through the coordinator's store (its hot-path connection,
+    EVALSHA with reload on NOSCRIPT, queued writes carried along)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run(self, calls: list[ScriptCall]) -> list[Any]:
+        """Run ``calls`` in one round trip and return their decoded replies in order
+        (:class:`BreakerCheck`, :class:`BreakerRecord`, :class:`WindowCheck`); a script
+        error is raised, connection errors as ``redis.ConnectionError``."""
+        replies = self.store.run_scripts([(c.name, c.keys, c.args) for c in calls])
+        return [DECODERS[c.name](reply) for c, reply in zip(calls, replies, strict=True)]

@@ -1,0 +1,334 @@
+"""Tree operations: the Lua scripts that open, reserve, settle, abort and close the
+contexts of one tree, each reply decoded once into a typed result, and the reads of a
+tree's state."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import redis
+
+from ..core.keys import KeySpace
+from ..core.paths import Path
+from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
+from .opening import Opened, OpenRefused, open_context
+from .records import ReservationRecord
+from .scripts import Scripts
+from .wire import Op, Wire, command, raise_errors
+
+__all__ = ["AbortReply", "Held", "Opened", "OpenRefused", "Refused", "Replayed",
+           "ReservationRecord", "State", "Stop", "Store"]
+
+
+@dataclass(frozen=True)
+class Held:
+    """A reservation that succeeded."""
+
+    now_ms: int
+    expired: list[tuple[str, ReservationRecord]]
+    """Reservations of this tree whose lease expired: (reservation id, record)."""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A keyed call id that already finished (in an earlier delivery of the same work)."""
+
+    outcome: str
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A reservation refused at ``level`` (0-based index into the path)."""
+
+    level: int
+    reason: str
+    detail: str
+    stopped: bool
+    """True when the level is stopped for good; False when only this call did not fit."""
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A level that a settle or release stopped."""
+
+    ctx_id: str
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class AbortReply:
+    """What abort.lua did: ``stopped`` it; found it ``already`` stopped or closed
+    (``status`` says which reason or state); a timeout came ``early`` by Redis time
+    (retry in ``wait_ms``); or the context is ``missing``."""
+
+    outcome: Literal["stopped", "already", "early", "missing"]
+    status: str | None = None
+    wait_ms: int = 0
+
+
+class State(NamedTuple):
+    """A context's state as read in one round trip."""
+
+    hashes: list[dict[str, str]]
+    """The context hash of every level of the path, root first."""
+    node_json: list[str]
+    event_json: list[str]
+    now_ms: int
+    """Redis time."""
+
+
+def decode_reserve(reply: list[Any]) -> Held | Refused | Replayed:
+    """reserve.lua's reply (see its contract)."""
+    if reply[0] == 2:
+        return Replayed(str(reply[2]), int(reply[1]))
+    if reply[0] == 1:
+        expired = [(str(reply[i]), ReservationRecord.from_json(reply[i + 1]))
+                   for i in range(2, len(reply), 2)]
+        return Held(int(reply[1]), expired)
+    return Refused(int(reply[1]) - 1, str(reply[2]), str(reply[3]), bool(reply[4]),
+                   int(reply[5]))
+
+
+def decode_stops(path: Path, reply: list[Any]) -> list[Stop]:
+    """settle.lua's and release.lua's reply: the levels of ``path`` the call stopped."""
+    return [Stop(path.ids[int(reply[i]) - 1], str(reply[i + 1]), str(reply[i + 2]))
+            for i in range(1, len(reply), 3)]
+
+
+def decode_abort(reply: list[Any]) -> AbortReply:
+    """abort.lua's reply."""
+    code = int(reply[0])
+    if code == 1:
+        return AbortReply("stopped")
+    if code == 0:
+        return AbortReply("already", str(reply[1]) if len(reply) > 1 else None)
+    if code == 2:
+        return AbortReply("early", wait_ms=int(reply[1]))
+    return AbortReply("missing")
+
+
+def decode_close(reply: list[Any]) -> int:
+    """close.lua's reply: micro-USD settled in the closed context's subtree (0 when the
+    context does not exist)."""
+    return int(reply[2]) if reply[0] == 1 else 0
+
+
+class Store:
+    """Runs the tree scripts of one tenant's key space against one Redis client."""
+
+    def __init__(self, client: redis.Redis, keyspace: KeySpace, lease_ms: int) -> None:
+        self.client = client
+        self.ks = keyspace
+        self.scripts = Scripts(client)
+        self.wire = Wire(client, self.scripts)
+        self.lease_ms = lease_ms
+        self._level_keys: Callable[[Path], tuple[str, ...]] = functools.lru_cache(
+            maxsize=4096)(self._compute_level_keys)
+        self._finish_keys: Callable[[Path], tuple[str, ...]] = functools.lru_cache(
+            maxsize=4096)(self._compute_finish_keys)
+
+    def _compute_level_keys(self, path: Path) -> tuple[str, ...]:
+        out: list[str] = []
+        for cid in path.ids:
+            out += [self.ks.ctx(path.root, cid), self.ks.events(path.root, cid)]
+        return tuple(out)
+
+    def _compute_finish_keys(self, path: Path) -> tuple[str, ...]:
+        return (
+            self.ks.reservations(path.root),
+            self.ks.leases(path.root),
+            self.ks.nodes(path.root, path.ctx_id),
+            self.ks.ledger(path.root),
+            *self._level_keys(path),
+            self.ks.done(path.root),
+        )
+
+    def flush(self) -> None:
+        """Make every queued write land (see :meth:`Wire.flush`)."""
+        self.wire.flush()
+
+    # -- operations ----------------------------------------------------------------------
+
+    def open(self, path: Path, *, request_id: str, meta_json: str, config_json: str,
+             timeout_ms: int, deadline_ms: int, triples: Sequence[str | int]
+             ) -> Opened | OpenRefused:
+        """Create a context (see :func:`~coordinator.store.opening.open_context`)."""
+        return open_context(self.wire, self.ks, path, request_id=request_id,
+                            meta_json=meta_json, config_json=config_json,
+                            timeout_ms=timeout_ms, deadline_ms=deadline_ms, triples=triples)
+
+    def reserve(self, path: Path, reservation_id: str, amounts: Sequence[str | int], *,
+                keyed: bool = False) -> Held | Refused | Replayed:
+        """Hold ``amounts`` at every level of ``path`` (one round trip, which also carries
+        the queued writes). ``keyed``: the id is a keyed call id whose outcome is kept, so
+        a replay of a finished call is recognised."""
+        keys = [self.ks.reservations(path.root), self.ks.leases(path.root),
+                *self._level_keys(path), self.ks.done(path.root)]
+        args = [reservation_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
+                "1" if keyed else "0", *amounts]
+        result = decode_reserve(self.wire.run(Op("reserve", keys, args)))
+        if isinstance(result, Held):
+            self.wire.track(reservation_id, path.root)
+        return result
+
+    def finish(self, path: Path, reservation_id: str, *, outcome: str,
+               node: dict[str, Any] | None, amounts: Sequence[str | int],
+               write_behind: bool) -> list[Stop]:
+        """Settle (``outcome='ok'``) or release (``'error'``, ``'skip'``) a reservation.
+
+        Write-behind ops are queued for the next round trip (or the flusher) and return
+        no stops; the stops still happen in Redis and are broadcast from there."""
+        script = "settle" if outcome == "ok" else "release"
+        args: list[Any] = [reservation_id, self.ks.abort_channel,
+                           json.dumps(node) if node else "", NODE_STREAM_CAP,
+                           self.ks.ledger_channel]
+        if script == "release":
+            args.append(outcome)
+        op = Op(script, list(self._finish_keys(path)), [*args, *amounts],
+                reservation_id=reservation_id)
+        if write_behind:
+            self.wire.send_behind(op)
+            return []
+        reply = self.wire.run(op)
+        self.wire.untrack(reservation_id)
+        return decode_stops(path, reply)
+
+    def reap(self, root: str, reservation_id: str, record: ReservationRecord,
+             node: dict[str, Any]) -> None:
+        """Queue the settle of an expired reservation at its held estimate."""
+        path = Path(root, record.path)
+        # settle.lua counts the step itself; the other held amounts become the actuals
+        actual = [x for dim, amount in record.held_pairs() if dim != "steps"
+                  for x in (dim, amount)]
+        self.wire.queue(Op("settle", list(self._finish_keys(path)),
+                           [reservation_id, self.ks.abort_channel, json.dumps(node),
+                            NODE_STREAM_CAP, self.ks.ledger_channel, *actual]))
+
+    def queue_event(self, path: Path, event_json: str) -> None:
+        """Append a SafetyEvent to a context's event stream with the next round trip."""
+        self.wire.queue(Op("xadd", [self.ks.events(path.root, path.ctx_id)], ["e", event_json]))
+
+    def queue_node(self, path: Path, node_json: str) -> None:
+        """Append a node record to a context's node stream with the next round trip."""
+        self.wire.queue(Op("xadd", [self.ks.nodes(path.root, path.ctx_id)], ["n", node_json]))
+
+    def run_scripts(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]
+                    ) -> list[Any]:
+        """Run named scripts (name, KEYS, ARGV) in one round trip with the queued writes;
+        replies in order, for their sender to decode. A script error is raised (the
+        shield's scripts use this)."""
+        results = self.wire.round_trip([Op(name, list(keys), list(args))
+                                        for name, keys, args in calls])
+        raise_errors(results)
+        return results
+
+    def publish_ledger(self, path: Path, event_json: str) -> None:
+        """Append a ledger event to the tree's stream and publish it (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xadd(self.ks.ledger(path.root), {"e": event_json}, maxlen=EVENT_STREAM_CAP,
+                  approximate=True)
+        pipe.publish(self.ks.ledger_channel, event_json)
+        pipe.execute()
+
+    def abort(self, path: Path, reason: str, detail: str) -> AbortReply:
+        """Stop the context named by ``path`` and, with it, its subtree."""
+        keys = [self.ks.ctx(path.root, path.ctx_id), self.ks.events(path.root, path.ctx_id)]
+        args = [reason, detail, self.ks.abort_channel, path.root, path.ctx_id]
+        return decode_abort(self.wire.run(Op("abort", keys, args)))
+
+    def close(self, path: Path, retention_s: int) -> int:
+        """Close a context, record its summary event and start the retention clock on its
+        keys, with the queued writes, in one round trip. Returns the tree's spend in
+        micro-USD when this closed a root (for the cross-tree spend views), else 0."""
+        root = len(path.ids) == 1
+        keys = [
+            self.ks.ctx(path.root, path.ctx_id),
+            self.ks.nodes(path.root, path.ctx_id),
+            self.ks.events(path.root, path.ctx_id),
+            self.ks.kids(path.root, path.ctx_id),
+        ]
+        if root:
+            keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
+                     self.ks.ledger(path.root), self.ks.done(path.root)]
+        ops = [Op("close", keys, [retention_s]),
+               command("EXPIRE", self.ks.locator(path.ctx_id), retention_s)]
+        if root:
+            ops.append(command("ZREM", self.ks.active_roots, path.root))
+        results = self.wire.round_trip(ops)
+        raise_errors(results)
+        return decode_close(results[0]) if root else 0
+
+    def expire_context(self, path: Path, retention_s: int) -> None:
+        """Start the retention clock on a context's keys without closing it (work may
+        still run under it), with the queued writes, in one round trip."""
+        raise_errors(self.wire.round_trip([command("EXPIRE", key, retention_s) for key in (
+            self.ks.ctx(path.root, path.ctx_id), self.ks.nodes(path.root, path.ctx_id),
+            self.ks.events(path.root, path.ctx_id), self.ks.kids(path.root, path.ctx_id),
+            self.ks.locator(path.ctx_id))]))
+
+    def renew_leases(self) -> None:
+        """Extend the leases of this process's calls in flight (one round trip)."""
+        by_root = self.wire.inflight_by_root()
+        if not by_root:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for root, ids in by_root.items():
+            self.scripts.queue(pipe, "renew", [self.ks.leases(root)], [self.lease_ms, *ids])
+        results = pipe.execute(raise_on_error=False)
+        if any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
+            self.scripts.load()
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read_hash(self, root: str, ctx_id: str) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()}
+
+    def read_state(self, path: Path, *, nodes: bool = True, events: bool = True) -> State:
+        """The hashes of every level, the node and event JSON of the context, and the
+        Redis time (ms), in one round trip (after the queued writes)."""
+        def reads(pipe: Any) -> None:
+            for cid in path.ids:
+                pipe.hgetall(self.ks.ctx(path.root, cid))
+            if nodes:
+                pipe.xrange(self.ks.nodes(path.root, path.ctx_id))
+            if events:
+                pipe.xrange(self.ks.events(path.root, path.ctx_id))
+            pipe.time()
+
+        rest = self.wire.round_trip([], reads)
+        raise_errors(rest)
+        hashes = [dict(h) for h in rest[: len(path.ids)]]
+        i = len(path.ids)
+        node_json = [e[1]["n"] for e in rest[i]] if nodes else []
+        i += 1 if nodes else 0
+        event_json = [e[1]["e"] for e in rest[i]] if events else []
+        sec, usec = rest[-1]
+        return State(hashes, node_json, event_json, int(sec) * 1000 + int(usec) // 1000)
+
+    def read_stops(self, paths: Sequence[Path]) -> list[list[str]]:
+        """For each path, the stop reasons of its stopped levels, root first (one round
+        trip): what a listener that missed broadcasts must apply."""
+        pipe = self.client.pipeline(transaction=False)
+        for path in paths:
+            for cid in path.ids:
+                pipe.hmget(self.ks.ctx(path.root, cid), "status", "reason")
+        results = iter(pipe.execute())
+        out: list[list[str]] = []
+        for path in paths:
+            levels = [next(results) for _ in path.ids]
+            out.append([str(reason) for status, reason in levels if status == "stopped"])
+        return out
+
+    def children(self, root: str, ctx_id: str) -> list[str]:
+        return sorted(str(k) for k in self.client.smembers(self.ks.kids(root, ctx_id)))
+
+    def server_time_ms(self) -> int:
+        sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
