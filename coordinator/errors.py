@@ -3,6 +3,7 @@ wrong and the value observed."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 
@@ -19,6 +20,17 @@ class InvalidCostError(BudgetCoordinatorError, ValueError):
         self.value = value
         super().__init__(f"{field} must be a finite, non-negative number no larger than a "
                          f"real call's (tokens: whole numbers); got {value!r}")
+
+
+class FrozenModelError(BudgetCoordinatorError, dataclasses.FrozenInstanceError):
+    """A field of a frozen model (ExecutionConfig, ChainMetadata, SafetyEvent, ...) was
+    assigned or deleted. It is the ``dataclasses.FrozenInstanceError`` (an
+    ``AttributeError``) that the specifications' frozen dataclasses raise."""
+
+    def __init__(self, model: str, field: str) -> None:
+        self.model = model
+        self.field = field
+        super().__init__(f"cannot assign to field {field!r}: {model} is frozen")
 
 
 class ContextNotFoundError(BudgetCoordinatorError, LookupError):
@@ -54,7 +66,12 @@ class TokenError(BudgetCoordinatorError, ValueError):
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-        super().__init__(f"context token rejected: {reason}")
+        # args holds the reason alone: an error rebuilt from its args (unpickled, or by a
+        # Celery result backend) does not repeat the prefix.
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        return f"context token rejected: {self.reason}"
 
 
 class TokenMalformedError(TokenError):
@@ -72,6 +89,7 @@ class TokenTooLargeError(TokenError):
         self.size = size
         self.cap = cap
         super().__init__(f"{size} bytes exceeds the {cap}-byte cap")
+        self.args = (size, cap)
 
 
 class TokenVersionError(TokenError):

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import InvalidConfigError
+from .errors import FrozenModelError, InvalidConfigError
 
 
 class _Frozen(BaseModel):
@@ -37,6 +37,14 @@ class _Frozen(BaseModel):
         except ValidationError as exc:
             problems = [dict(e) for e in exc.errors(include_url=False, include_context=False)]
             raise InvalidConfigError(type(self).__name__, problems) from None
+
+    # The specifications' models are frozen dataclasses, whose mutation raises
+    # dataclasses.FrozenInstanceError (an AttributeError): code written for them catches it.
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenModelError(type(self).__name__, name)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenModelError(type(self).__name__, name)
 
 
 class Decision(str, Enum):
@@ -283,7 +291,7 @@ class SafetyEvent(_Frozen):
     """Structured details (level, limit, observed value, ...)."""
 
 
-NodeKind = Literal["llm", "tool"]
+NodeKind = Literal["llm", "tool", "charge"]
 NodeStatus = Literal["ok", "halted", "aborted", "timeout", "error", "lost"]
 
 
@@ -295,7 +303,8 @@ class NodeRecord(_Frozen):
     parent_id: str | None = None
     """The node that was running in this process when this one started, if any."""
     kind: NodeKind
-    """``llm`` or ``tool``."""
+    """``llm`` or ``tool``; ``charge`` for a cost charged without a call
+    (``ExecutionContext.propagate_child_cost``)."""
     operation_name: str = ""
     """From ``WrapOptions.operation_name``."""
     start_ts: datetime
@@ -316,6 +325,11 @@ class NodeRecord(_Frozen):
     """Provider slug, if known."""
     model: str | None = None
     """Model, if known."""
+    stop_reason: str | None = None
+    """Why the call was refused before it ran (a stop reason such as ``budget_exceeded``),
+    for calls refused by a limit or a stop; the chain's events record each reason once."""
+    stop_detail: str = ""
+    """The refusal's detail (the limit and the amount that did not fit)."""
 
 
 class TokenTotals(_Frozen):

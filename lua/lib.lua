@@ -51,14 +51,14 @@ local function split(csv)
   return out
 end
 
--- Marks a running context stopped, appends the SafetyEvent to its event stream and
--- broadcasts the stop. Returns true if this call stopped it. The channel is a pub/sub
--- channel, not a key.
+-- Marks a running context stopped, appends the SafetyEvent to its event stream (marking
+-- the reason recorded: ev:<reason>, see event_once.lua) and broadcasts the stop. Returns
+-- true if this call stopped it. The channel is a pub/sub channel, not a key.
 local function stop_level(key, events_key, id, root, channel, reason, detail, now)
   local v = redis.call('HMGET', key, 'status', 'request_id')
   if v[1] ~= 'running' then return false end
   redis.call('HSET', key, 'status', 'stopped', 'reason', reason, 'detail', detail,
-             'stopped_ms', now)
+             'stopped_ms', now, 'ev:' .. reason, 1)
   local event = cjson.encode({event_type = reason, decision = 'HALT', reason = detail,
                               hook = HOOK, request_id = v[2], ts = now,
                               metadata = {chain_id = id}})

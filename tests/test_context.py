@@ -242,6 +242,30 @@ def test_pipeline_is_consulted_after_limits_in_spec_order(coord: Coordinator) ->
                    "a.before_llm_call:op3", "a.before_charge:0.0"]  # op4: limits first
 
 
+class _HaltOnCharge:
+    def __init__(self) -> None:
+        self.charged: list[tuple[str, float]] = []
+
+    def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision:
+        self.charged.append(("before_charge", cost_usd))
+        return Decision.HALT
+
+    def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> None:
+        self.charged.append(("on_charge", cost_usd))
+
+
+def test_before_charge_judges_llm_calls_only(coord: Coordinator) -> None:
+    """The reference asks before_charge of LLM calls only: a tool call that ran (and was
+    charged) is not turned into a HALT; hooks learn its cost through on_charge."""
+    hook = _HaltOnCharge()
+    with ExecutionContext(config(), pipeline=ShieldPipeline(hook)) as ctx:
+        assert ctx.wrap_tool_call(lambda: report_usage(cost_usd=0.25)) == Decision.ALLOW
+        assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.5)) == Decision.HALT
+        snap = ctx.get_snapshot()
+    assert hook.charged == [("on_charge", 0.25), ("before_charge", 0.5)]
+    assert snap.cost_usd_accumulated == pytest.approx(0.75)  # both ran and were charged
+
+
 def test_pipeline_halt_skips_fn_and_is_mirrored(coord: Coordinator) -> None:
     log: list[str] = []
     pipeline = ShieldPipeline(_Recorder("deny", log, Decision.DEGRADE))

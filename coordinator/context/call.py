@@ -162,6 +162,10 @@ def _consult_before(call: Call) -> Outcome | None:
         decision = hook(call.tool_ctx)
         state.mirror_pipeline_events(state.pipeline)
         if decision != Decision.ALLOW:
+            if state.circuit_breaker is not None:
+                # a probe a window hook took for this call (its lease is renewed
+                # until released): the call never runs
+                state.circuit_breaker.release()
             return Outcome(decision, reason="pipeline",
                            detail=f"a pipeline hook returned {decision.value}")
     if state.circuit_breaker is not None:
@@ -176,7 +180,8 @@ def _consult_before(call: Call) -> Outcome | None:
 
 def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
          detail: str, *, offline: bool = False, level: str | None = None) -> Outcome:
-    """Record a refused call (event and node); the outcome is HALT."""
+    """Record a refused call: its node (with the reason) always, the chain-level
+    event once per reason per context (the reference's de-duplication); HALT."""
     meta: dict[str, Any] = {"node_id": call_id, "operation_name": opts.operation_name}
     if level is not None and level != state.ctx_id:
         meta["stopped_at"] = level
@@ -188,8 +193,9 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     status = reason if reason in ("aborted", "timeout") else "halted"
     now = time.time()
     record = {"node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
-              "start_ts": now, "end_ts": now, "status": status}
-    state.store.queue_event(state.path, event.model_dump_json())
+              "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
+              "stop_detail": detail or reason}
+    state.store.queue_stop_event(state.path, reason, event.model_dump_json())
     state.store.queue_node(state.path, json.dumps(record))
     state.coord.schedule_flush()
     return outcome
@@ -267,7 +273,12 @@ def complete(call: Call, result: Any) -> Outcome:
     decision = Decision.ALLOW
     try:
         if state.pipeline is not None and call.tool_ctx is not None:
-            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+            # before_charge decides for LLM calls only (the reference's rule): a tool
+            # call that already ran is not turned into a HALT; hooks still learn its cost.
+            if call.kind == "llm":
+                decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+            else:
+                state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
             state.mirror_pipeline_events(state.pipeline)
         if state.circuit_breaker is not None:
             state.circuit_breaker.record_success()

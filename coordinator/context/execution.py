@@ -39,6 +39,7 @@ from ..shield.pipeline import ShieldPipeline, ToolCallContext
 from ..store.errors import UNAVAILABLE
 from .call import Outcome, active_call
 from .cancellation import CancellationToken
+from .charging import propagate_child_cost
 from .ledger import TokenLedger
 from .opening import attach_state, check_type, mint_token, open_state, token_state
 from .reading import active_limits, limit_error, load_snapshot, snapshot
@@ -323,6 +324,15 @@ class ExecutionContext:
     def record_event(self, event: SafetyEvent) -> None:
         """Append an event to this chain's event log (written with the next round trip)."""
         self._state.record_event(event)
+
+    def propagate_child_cost(self, cost_usd: float) -> None:
+        """Charge a cost spent outside a wrapped call to this context and every ancestor
+        at once, like a settle (see :func:`~coordinator.context.charging.propagate_child_cost`)."""
+        propagate_child_cost(self._state, cost_usd)
+
+    def _propagate_child_cost(self, cost_usd: float, _visited: object = None) -> None:
+        """The linking specification's name for :meth:`propagate_child_cost`."""
+        propagate_child_cost(self._state, cost_usd)
 
     # -- wrapping ------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from redis.commands.core import Script
 from ..core.script_constants import LUA_CONSTANTS
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window")
+                "breaker_check", "breaker_record", "window", "event_once", "propagate")
 
 
 def lua_dir() -> Path:

@@ -140,6 +140,10 @@ class Store:
             out += [self.ks.ctx(path.root, cid), self.ks.events(path.root, cid)]
         return tuple(out)
 
+    def level_keys(self, path: Path) -> tuple[str, ...]:
+        """Per level of ``path``, root first: its context hash and its event stream."""
+        return self._level_keys(path)
+
     def _compute_finish_keys(self, path: Path) -> tuple[str, ...]:
         return (
             self.ks.reservations(path.root),
@@ -214,6 +218,13 @@ class Store:
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event stream with the next round trip."""
         self.wire.queue(Op("xadd", [self.ks.events(path.root, path.ctx_id)], ["e", event_json]))
+
+    def queue_stop_event(self, path: Path, reason: str, event_json: str) -> None:
+        """Append a chain-level stop event to a context's event stream with the next round
+        trip, unless the context already recorded one for ``reason`` (event_once.lua)."""
+        self.wire.queue(Op("event_once", [self.ks.ctx(path.root, path.ctx_id),
+                                          self.ks.events(path.root, path.ctx_id)],
+                           [reason, event_json, EVENT_STREAM_CAP]))
 
     def queue_node(self, path: Path, node_json: str) -> None:
         """Append a node record to a context's node stream with the next round trip."""
