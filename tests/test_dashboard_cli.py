@@ -53,6 +53,18 @@ def test_a_public_address_without_credentials_exits_2_with_the_reason(
     assert "BUDGET_DASHBOARD_USERS" in err and "Traceback" not in err
 
 
+def test_without_the_dashboard_extra_it_exits_2_naming_the_extra() -> None:
+    # starlette made unimportable, as in an install without the 'dashboard' extra
+    code = ("import sys; sys.modules['starlette'] = None; from coordinator.cli import main; "
+            "sys.exit(main(['dashboard']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=ENV,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.decode().startswith(
+        "budgetctl: the dashboard needs the 'dashboard' extra (pip install "
+        "'budget-coordinator[dashboard]')")
+
+
 def test_both_commands_are_listed_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
