@@ -212,12 +212,25 @@ class ChainMetadata(_Frozen):
     """Primary model name, if known."""
     tags: dict[str, str] = Field(default_factory=dict)
     """Arbitrary key/value labels (at most 64, each key and value at most 256 characters)."""
+    plan_id: str | None = Field(default=None, max_length=MAX_LABEL)
+    """The plan this chain executes (CCOS ``HostPlanContext``), for the causal chain."""
+    intent_ids: tuple[str, ...] = Field(default=(), max_length=64)
+    """The intents the plan serves (CCOS ``HostPlanContext``)."""
+    parent_action_id: str | None = Field(default=None, max_length=MAX_LABEL)
+    """The causal-chain action that started this chain (CCOS ``HostPlanContext``)."""
 
     @field_validator("chain_id", "request_id")
     @classmethod
     def _id(cls, v: str) -> str:
         if not v or len(v) > 128 or any(c in v for c in ",{}\x00") or not v.isprintable():
             raise ValueError("ids must be 1-128 printable characters without , { }")
+        return v
+
+    @field_validator("intent_ids")
+    @classmethod
+    def _intents(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(len(x) > MAX_LABEL for x in v):
+            raise ValueError(f"intent ids must be at most {MAX_LABEL} characters")
         return v
 
     @field_validator("tags")
@@ -249,6 +262,9 @@ class WrapOptions(_Frozen):
     """Projected input tokens, reserved before the call."""
     max_output_tokens: int | None = None
     """The call's ``max_tokens``: output tokens reserved before the call (worst case)."""
+    tags: tuple[str, ...] = Field(default=(), max_length=64)
+    """Tags the tool declares (e.g. ``needs-context``): an ``ExposurePolicy`` may let
+    tools with a tag see the context data."""
 
     @field_validator("cost_estimate_hint", mode="before")
     @classmethod
@@ -270,6 +286,13 @@ class WrapOptions(_Frozen):
     @classmethod
     def _provider(cls, v: Any) -> Any:
         return v if v is None else check_slug(v)
+
+    @field_validator("tags")
+    @classmethod
+    def _capability_tags(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(len(t) > MAX_LABEL for t in v):
+            raise ValueError(f"tags must be at most {MAX_LABEL} characters")
+        return v
 
 
 class SafetyEvent(_Frozen):

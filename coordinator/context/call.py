@@ -15,6 +15,7 @@ from typing import Any, Literal
 from ..core import pricing
 from ..core.amounts import actual_amounts, micro_to_usd, reserve_amounts, usd_to_micro
 from ..core.usage import Usage, UsageCollector, usage_from_response
+from ..data.chain import capability_called
 from ..errors import (
     BackendUnavailableError,
     DeadlineExceededError,
@@ -70,6 +71,8 @@ class Call:
     collector: UsageCollector = field(default_factory=UsageCollector)
     parent_call: str | None = None
     reserved: bool = True
+    fn: Any = None
+    """The wrapped function (the causal chain digests a partial's arguments)."""
     held: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -263,6 +266,8 @@ def complete(call: Call, result: Any) -> Outcome:
     """Settle a call that returned: what it reported (or its response carries) is
     charged, and written behind when it fits in what was held."""
     state = call.state
+    if call.kind == "tool":
+        record_capability(call, result=result)
     try:
         usage = call.collector.usage or usage_from_response(result)
         cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
@@ -305,6 +310,8 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
     """Settle a call that did not complete. Returns the outcome, or None to re-raise
     (interpreter exits, outer cancellations, bad usage reports)."""
     state = call.state
+    if call.kind == "tool":
+        record_capability(call, error=exc)
     usage = call.collector.usage
     if state.circuit_breaker is not None and (
         isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
@@ -360,6 +367,16 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
         return Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
     return Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
                    error=exc)
+
+
+def record_capability(call: Call, *, result: Any = None,
+                      error: BaseException | None = None) -> None:
+    """Queue the CapabilityCall event of a tool call on its tree's causal chain
+    (coordinator/data/chain.py: digests and sizes only, never the data)."""
+    state = call.state
+    capability_called(state.coord, state.path, state.metadata,
+                      operation=call.options.operation_name, node_id=call.call_id,
+                      fn=call.fn, result=result, error=error)
 
 
 def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,

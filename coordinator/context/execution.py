@@ -22,6 +22,9 @@ from typing import Any
 from ..core.amounts import ms_to_datetime
 from ..core.paths import Path
 from ..core.plans import child_plan, open_plan
+from ..data import chain as data_chain
+from ..data.lifecycle import check_step_name, init_child
+from ..data.model import IsolationLevel
 from ..errors import InvalidConfigError
 from ..models import (
     ActiveLimits,
@@ -40,6 +43,7 @@ from ..store.errors import UNAVAILABLE
 from .call import Outcome, active_call
 from .cancellation import CancellationToken
 from .charging import propagate_child_cost
+from .data_members import ContextDataMembers
 from .ledger import TokenLedger
 from .opening import attach_state, check_type, mint_token, open_state, token_state
 from .reading import active_limits, limit_error, load_snapshot, snapshot
@@ -80,11 +84,13 @@ def current_cancellation_token() -> CancellationToken | None:
     return ctx.cancellation_token if ctx is not None else None
 
 
-class ExecutionContext:
+class ExecutionContext(ContextDataMembers):
     """Containment for one chain (agent run) that bounds its whole subtree.
 
     ``with ExecutionContext(config) as ctx`` opens the context in Redis and closes it on
     exit; ``ExecutionContext.attach(token)`` joins an existing one from any process.
+    Its context data (``data``, ``checkpoint``, ``parallel``...) comes from
+    :class:`~coordinator.context.data_members.ContextDataMembers`.
     """
 
     # -- construction --------------------------------------------------------------------
@@ -160,15 +166,25 @@ class ExecutionContext:
         token_budget: TokenBudget | None = None,
         deadline: datetime | None = None,
         metadata: ChainMetadata | None = None,
+        isolation: IsolationLevel | str = IsolationLevel.INHERIT,
+        step_name: str | None = None,
+        is_parallel: bool = False,
     ) -> ExecutionContext:
         """Open a child context. Cost (and every token dimension) defaults to what remains
         above; steps and retries to the parent's limits. Explicit limits are tightened to
-        what remains above; every ancestor's limits keep applying."""
+        what remains above; every ancestor's limits keep applying. ``isolation`` sets how
+        the child reads its ancestors' data; a ``step_name`` makes it a step of the causal
+        chain (docs/context-data.md)."""
+        iso = IsolationLevel.of(isolation)
+        check_step_name(step_name)
         plan = child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
                           token_budget, deadline)
         state = open_state(self._state.coord, plan, pipeline, metadata, self._state,
                            self.circuit_breaker)
-        return ExecutionContext._from_state(state, self)
+        child = ExecutionContext._from_state(state, self)
+        init_child(state, state.coord, state.path, iso, step_name=step_name,
+                   is_parallel=bool(is_parallel), metadata=state.metadata, close=child.close)
+        return child
 
     # -- identity and settings -----------------------------------------------------------
 
@@ -259,6 +275,7 @@ class ExecutionContext:
             except ValueError:  # exited in another context (e.g. another task)
                 active_context.set(None)
             self._ctx_token = None
+        data_chain.step_failed(self._state, exc)
         self.close()
 
     async def __aenter__(self) -> ExecutionContext:
@@ -275,6 +292,7 @@ class ExecutionContext:
         state = self._state
         if state.closed:
             return
+        data_chain.step_closed(state, state.coord, state.path, state.metadata)
         state.closed = True
         coord = state.coord
         try:

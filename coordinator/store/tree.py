@@ -12,6 +12,7 @@ from typing import Any, Literal, NamedTuple
 
 import redis
 
+from ..core.data_keys import DataKeys
 from ..core.keys import KeySpace
 from ..core.paths import Path
 from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
@@ -264,10 +265,12 @@ class Store:
             self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id),
             self.ks.kids(path.root, path.ctx_id),
+            *DataKeys(self.ks).context_keys(path.root, path.ctx_id),
         ]
         if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
-                     self.ks.ledger(path.root), self.ks.done(path.root)]
+                     self.ks.ledger(path.root), self.ks.done(path.root),
+                     *DataKeys(self.ks).tree_keys(path.root)]
         ops = [Op("close", keys, [retention_s]),
                command("EXPIRE", self.ks.locator(path.ctx_id), retention_s)]
         if root:
@@ -282,7 +285,8 @@ class Store:
         raise_errors(self.wire.round_trip([command("EXPIRE", key, retention_s) for key in (
             self.ks.ctx(path.root, path.ctx_id), self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id), self.ks.kids(path.root, path.ctx_id),
-            self.ks.locator(path.ctx_id))]))
+            self.ks.locator(path.ctx_id),
+            *DataKeys(self.ks).context_keys(path.root, path.ctx_id))]))
 
     def renew_leases(self) -> None:
         """Extend the leases of this process's calls in flight (one round trip)."""
