@@ -6,6 +6,7 @@ group, each a ``typer.Typer()`` registered below.
     budgetctl abort ID [REASON]
     budgetctl spend [--day YYYY-MM-DD|today|yesterday] [--json]
     budgetctl demo
+    budgetctl sessions list [--tenant T] | cleanup [--provider local|e2b]
     budgetctl dashboard [--host 127.0.0.1] [--port 8700]
     budgetctl alerts
 
@@ -23,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from . import abort, dashboard, demo, spend, top, tree
+from . import abort, dashboard, demo, sessions, spend, top, tree
 from ._common import DEFAULT_WATCH_S
 
 app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
@@ -34,6 +35,7 @@ app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
 # a name its commands are budgetctl's own, with name="sessions" they form a group.
 for group in (top.app, tree.app, abort.app, spend.app, demo.app, dashboard.app):
     app.add_typer(group)
+app.add_typer(sessions.app, name="sessions")
 
 
 def _version(value: bool) -> None:
