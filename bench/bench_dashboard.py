@@ -1,6 +1,6 @@
 """The dashboard's overview with many open trees: server time and Redis commands per
-request of a page of 50 (sorted by spend, filtered by a label, a deep page), side by side
-with /healthz in the same run, at 1,000 and 10,000 open trees.
+request of a page of 50 (sorted by spend, filtered by a label, a deep page, the newest of
+all trees), side by side with /healthz in the same run, at 1,000 and 10,000 open trees.
 
     .venv/bin/python bench/bench_dashboard.py [--trees 1000,10000] [--requests 200]
 
@@ -128,7 +128,8 @@ def main() -> None:
         indexer = Indexer(DashboardIndex(coord.client, coord.keyspace))
         paths = ["/healthz", "/api/trees?sort=spend&size=50",
                  "/api/trees?sort=fraction&size=50&label=team%3Dteam3",
-                 "/api/trees?sort=spend&size=50&page=150", "/?sort=spend&size=50"]
+                 "/api/trees?sort=spend&size=50&page=150", "/api/trees?sort=age&size=50",
+                 "/?sort=spend&size=50"]
         seeded_n = 0
         print(f"{'open trees':>10}  {'request':<52} {'p50 server ms':>13} "
               f"{'/ healthz':>9} {'Redis cmds':>10}")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from coordinator import ChainMetadata, ExecutionContext, SafetyEvent
+from coordinator.core.keys import VIEW_SHARDS
 from coordinator.dashboard.command import UnsafeBindError, serve
 from coordinator.embedded import RedisServer
 from tests.dashboard_server import (
@@ -485,9 +486,11 @@ def test_a_wide_tree_is_cut_at_the_page_limit(redis_url: str) -> None:
     coord.close()
 
 
-def test_a_page_costs_commands_by_page_size_not_by_trees(redis_url: str) -> None:
+def test_a_page_costs_commands_by_page_size_not_by_trees(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from coordinator.dashboard.indexer import Indexer
     from coordinator.dashboard.model import ROW_FIELDS
+    from coordinator.store import dashboard_reads
     from coordinator.store.dashboard_index import DashboardIndex
     from coordinator.store.dashboard_reads import DashboardReads
 
@@ -516,7 +519,22 @@ def test_a_page_costs_commands_by_page_size_not_by_trees(redis_url: str) -> None
         costs.append((page_cost(sort="spend", scope=None, offset=0, limit=10),
                       page_cost(sort="burn", scope="team=team1", offset=10, limit=10),
                       page_cost(sort="age", scope=None, offset=0, limit=10)))
-    assert costs[0] == costs[1] == (14, 14, 14)  # 10 rows + range, size, rates, TIME
+    # 10 rows + range, size, rates, TIME; the newest of all trees reads the library's
+    # open-tree shards instead of one index: a range and a size per shard
+    assert costs[0] == costs[1] == (14, 14, 10 + 2 * VIEW_SHARDS + 2)
+    # the shards merge into one order: two pages are the 20 newest of all 80 trees
+    created = {r: s for key in coord.keyspace.roots_shards()
+               for r, s in coord.client.zrange(key, 0, -1, withscores=True)}
+    first, second = (views.page(sort="age", scope=None, offset=o, limit=10) for o in (0, 10))
+    assert first.total == 80 and len(set(first.roots + second.roots)) == 20
+    assert [created[r] for r in first.roots + second.roots] == \
+        sorted(created.values(), reverse=True)[:20]
+    # deeper pages read the indexer's age index instead (one range, whatever the depth)
+    monkeypatch.setattr(dashboard_reads, "SHARDS_DEPTH", 20)
+    assert page_cost(sort="age", scope=None, offset=20, limit=10) == 14
+    deep = views.page(sort="age", scope=None, offset=20, limit=10)
+    assert deep.total == 80
+    assert [created[r] for r in deep.roots] == sorted(created.values(), reverse=True)[20:30]
     for ctx in trees:
         ctx.close()
     coord.close()

@@ -9,8 +9,9 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+from ..core.keys import VIEW_SHARDS
 from ..store.dashboard_index import DashboardIndex, IndexEntry
 from ..store.dashboard_reads import BACKEND_ERRORS
 from .alerts import Notifier, event_json
@@ -141,12 +142,7 @@ class Indexer:
         self._passes += 1
         totals: dict[str, dict[str, float]] = {k: {} for k in names}
         seen: set[str] = set()
-        start = 0
-        while True:
-            chunk = self.views.open_roots(start, CHUNK)
-            if not chunk:
-                break
-            start += len(chunk)
+        for chunk in self._open_chunks():
             roots = [r for r, _ in chunk]
             seen.update(roots)
             self._cursor = max(self._cursor, max(s for _, s in chunk))
@@ -162,6 +158,24 @@ class Indexer:
         self.views.write_aggregates(totals, self.retention_s)
         self._shield_cursor = self.views.discover_shield(self._shield_cursor, 1000)
         self.last_sweep_ms = int(time.time() * 1000)
+
+    def _open_chunks(self) -> Iterator[list[tuple[str, float]]]:
+        """The library's open trees (root, creation ms), shard by shard, in batches of
+        CHUNK across shards (a batch's writes cost one command per index key it touches,
+        so fewer, fuller batches cost fewer)."""
+        batch: list[tuple[str, float]] = []
+        for shard in range(VIEW_SHARDS):
+            start = 0
+            while chunk := self.views.open_roots(shard, start, CHUNK):
+                start += len(chunk)
+                batch += chunk
+                if len(batch) >= CHUNK:
+                    yield batch[:CHUNK]
+                    batch = batch[CHUNK:]
+                if len(chunk) < CHUNK:
+                    break
+        if batch:
+            yield batch
 
     # -- one batch -----------------------------------------------------------------------
 

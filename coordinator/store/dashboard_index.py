@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from ..core.keys import DASH_SORTS, KeySpace
 from ..core.script_constants import EVENT_STREAM_CAP
-from .dashboard_reads import fields_of, redis_ms
+from .dashboard_reads import fields_of, merge_shards, redis_ms
+from .topology import Client
 
 INDEX_FIELDS = ("u:usd", "h:usd", "l:usd", "status", "reason", "created_ms", "meta",
                 "u:steps", "u:tin", "u:tout", "id")
@@ -43,7 +42,7 @@ class IndexEntry:
 class DashboardIndex:
     """The indexer's reads and writes of one tenant's key space (decoding client)."""
 
-    def __init__(self, client: redis.Redis, keyspace: KeySpace) -> None:
+    def __init__(self, client: Client, keyspace: KeySpace) -> None:
         self.client = client
         self.ks = keyspace
 
@@ -66,10 +65,11 @@ class DashboardIndex:
         """Tell every dashboard that these trees are now in the indexes."""
         self.client.publish(self.ks.dash("index"), json.dumps({"roots": list(roots)[:100]}))
 
-    def open_roots(self, start: int, count: int) -> list[tuple[str, float]]:
-        """A slice of the library's index of open trees (root, creation ms)."""
-        res: Any = self.client.zrange(self.ks.active_roots, start, start + count - 1,
-                                      withscores=True)
+    def open_roots(self, shard: int, start: int, count: int) -> list[tuple[str, float]]:
+        """A slice of one shard (0 to VIEW_SHARDS - 1) of the library's index of open trees
+        (root, creation ms), oldest first."""
+        res: Any = self.client.zrange(self.ks.roots_shards()[shard], start,
+                                      start + count - 1, withscores=True)
         return [(str(r), float(s)) for r, s in res]
 
     def indexed(self) -> dict[str, str]:
@@ -77,10 +77,12 @@ class DashboardIndex:
         return {str(k): str(v) for k, v in self.client.hgetall(self.ks.dash("indexed")).items()}
 
     def new_roots(self, score: float, limit: int) -> list[tuple[str, float]]:
-        """Open trees created at or after ``score`` (creation ms), oldest first."""
-        res: Any = self.client.zrangebyscore(self.ks.active_roots, score, "+inf", start=0,
-                                             num=limit, withscores=True)
-        return [(str(r), float(s)) for r, s in res]
+        """The ``limit`` oldest open trees created at or after ``score`` (creation ms),
+        oldest first: at most ``limit`` of each shard, merged, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.ks.roots_shards():
+            pipe.zrangebyscore(key, score, "+inf", start=0, num=limit, withscores=True)
+        return merge_shards(pipe.execute(), newest_first=False)[:limit]
 
     def read_for_index(self, roots: Sequence[str]
                        ) -> tuple[list[dict[str, str]], list[str | None], list[str | None], int]:

@@ -6,16 +6,22 @@ indexes are written by store/dashboard_index.py. They are views, never the truth
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from ..core.keys import DASH_SORTS, KeySpace
+from ..core.keys import DASH_SORTS, VIEW_SHARDS, KeySpace
+from .topology import Client
 
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 """What a read raises when Redis cannot answer (the web part maps it to 503)."""
+
+SHARDS_DEPTH = 200
+"""How deep the newest of all trees is read from the library's open-tree shards; deeper
+pages read the indexer's ``age`` index, so that no page reads more than this per shard."""
 
 
 def fields_of(fields: Sequence[str], values: Sequence[Any]) -> dict[str, str]:
@@ -26,6 +32,15 @@ def fields_of(fields: Sequence[str], values: Sequence[Any]) -> dict[str, str]:
 def redis_ms(reply: Sequence[Any]) -> int:
     """A TIME reply in milliseconds."""
     return int(reply[0]) * 1000 + int(reply[1]) // 1000
+
+
+def merge_shards(replies: Iterable[Sequence[tuple[Any, Any]]], *, newest_first: bool
+                 ) -> list[tuple[str, float]]:
+    """(root, creation ms) of ZRANGE ... WITHSCORES replies of the open-tree shards, each
+    already in the order asked for, merged in that order."""
+    sign = -1.0 if newest_first else 1.0
+    merged = heapq.merge(*[[(sign * float(s), str(r)) for r, s in reply] for reply in replies])
+    return [(r, sign * s) for s, r in merged]
 
 
 def _text(h: Mapping[Any, Any]) -> dict[str, str]:
@@ -60,7 +75,7 @@ class TreeRead:
 class Subscription:
     """The process's pub/sub connection (messages as (channel, data) text)."""
 
-    def __init__(self, client: redis.Redis, channels: Iterable[str]) -> None:
+    def __init__(self, client: Client, channels: Iterable[str]) -> None:
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         self._pubsub.subscribe(*channels)
 
@@ -81,7 +96,7 @@ class DashboardReads:
     """The dashboard's reads of one tenant's key space. The client must decode responses
     (``Coordinator.client`` does); ``row_fields`` are the context hash fields of a row."""
 
-    def __init__(self, client: redis.Redis, keyspace: KeySpace,
+    def __init__(self, client: Client, keyspace: KeySpace,
                  row_fields: Sequence[str]) -> None:
         self.client = client
         self.ks = keyspace
@@ -105,19 +120,30 @@ class DashboardReads:
     # -- overview ------------------------------------------------------------------------
 
     def page(self, sort: str, scope: str | None, offset: int, limit: int) -> Page:
-        """Roots ordered by ``sort`` within ``scope`` (None: all trees), two round trips
-        of at most ``limit`` + 4 commands: the index range, then each root's hash."""
+        """Roots ordered by ``sort`` within ``scope`` (None: all trees), two round trips:
+        the index range (for the newest of all trees down to SHARDS_DEPTH, the library's
+        VIEW_SHARDS shards of open trees, each read up to ``offset + limit`` and merged),
+        then each root's hash: at most ``limit`` + 2 * VIEW_SHARDS + 2 commands, whatever
+        the number of trees or the depth of the page."""
         if sort not in DASH_SORTS:
             raise ValueError(f"sort must be one of {DASH_SORTS}")
-        if sort == "age" and scope is None:
-            key = self.ks.active_roots  # the library's own index, by creation time
+        pipe = self.client.pipeline(transaction=False)
+        if sort == "age" and scope is None and offset + limit <= SHARDS_DEPTH:
+            # the library's own index, by creation time: a tree shows at once, before
+            # the indexer places it
+            for key in self.ks.roots_shards():
+                pipe.zcard(key)
+                pipe.zrevrange(key, 0, offset + limit - 1, withscores=True)
+            res = pipe.execute()
+            total = sum(int(n) for n in res[0::2])
+            newest = merge_shards(res[1::2], newest_first=True)
+            roots = [r for r, _ in newest[offset:offset + limit]]
         else:
             key = self.ks.dash_index(sort, scope or "all")
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(key)
-        pipe.zrevrange(key, offset, offset + limit - 1)
-        total, roots = pipe.execute()
-        roots = [str(r) for r in roots]
+            pipe.zcard(key)
+            pipe.zrevrange(key, offset, offset + limit - 1)
+            total, found = pipe.execute()
+            roots = [str(r) for r in found]
         pipe = self.client.pipeline(transaction=False)
         for root in roots:
             pipe.hmget(self.ks.ctx(root, root), self.row_fields)
@@ -196,19 +222,29 @@ class DashboardReads:
 
     def spend(self, day: str, labels: Sequence[str]) -> dict[str, dict[str, dict[str, int]]]:
         """{label: {"closed": {value: micro}, "open": {value: micro}}} for ``day`` (closed
-        trees, the library's views) and now (open trees, the indexer's view)."""
+        trees, the library's views, summed over their VIEW_SHARDS shards) and now (open
+        trees, the indexer's view). One round trip."""
         pipe = self.client.pipeline(transaction=False)
+        parts: list[int] = []  # how many closed-spend hashes each label has
         for label in labels:
             if label == "provider":
                 pipe.hgetall(self.ks.dash_closed_provider(day))
+                parts.append(1)
             else:
-                pipe.hgetall(self.ks.spend_by(label, day))
+                for shard in range(VIEW_SHARDS):
+                    pipe.hgetall(self.ks.spend_by(label, day, shard))
+                parts.append(VIEW_SHARDS)
             pipe.hgetall(self.ks.dash_open(label))
         res = pipe.execute()
-        out = {}
-        for i, label in enumerate(labels):
-            out[label] = {"closed": {str(k): int(v) for k, v in res[2 * i].items()},
-                          "open": {str(k): int(v) for k, v in res[2 * i + 1].items()}}
+        out, i = {}, 0
+        for label, n in zip(labels, parts, strict=True):
+            closed: dict[str, int] = {}
+            for h in res[i:i + n]:
+                for k, v in h.items():
+                    closed[str(k)] = closed.get(str(k), 0) + int(v)
+            out[label] = {"closed": closed,
+                          "open": {str(k): int(v) for k, v in res[i + n].items()}}
+            i += n + 1
         return out
 
     def shield(self, limit: int = 500) -> tuple[list[tuple[str, dict[str, str]]],
@@ -237,15 +273,18 @@ class DashboardReads:
         return breakers, windows, redis_ms(res[-1])
 
     def counts(self) -> tuple[int, dict[str, dict[str, int]]]:
-        """Open trees and the open-spend views by label, for /metrics (one round trip)."""
+        """Open trees (the sum of the shards' sizes) and the open-spend views by label,
+        for /metrics (one round trip)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.ks.active_roots)
+        for key in self.ks.roots_shards():
+            pipe.zcard(key)
         names = ("org", "team", "service", "provider", "stops", "held")
         for name in names:
             pipe.hgetall(self.ks.dash_open(name))
         res = pipe.execute()
-        return int(res[0]), {n: {str(k): int(v) for k, v in r.items()}
-                             for n, r in zip(names, res[1:], strict=True)}
+        return sum(int(n) for n in res[:VIEW_SHARDS]), {
+            n: {str(k): int(v) for k, v in r.items()}
+            for n, r in zip(names, res[VIEW_SHARDS:], strict=True)}
 
 
 def _stream_order(stream_id: str) -> tuple[int, int]:

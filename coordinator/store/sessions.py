@@ -24,12 +24,14 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Protocol, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from ..core.keys import KeySpace
 from ..core.session_errors import SessionStoreUnavailableError, SessionTenantError
 from ..core.session_models import ExecutionSession, ExecutionSessionIdentity
 from .scripts import script_source
+from .topology import Client
 
 HISTORY_CAP = 10_000
 LIST_LIMIT = 10_000
@@ -43,7 +45,7 @@ T = TypeVar("T")
 class _OnRedis(Protocol):
     """What the store reads of a Coordinator (the runtime layer, which imports this one)."""
 
-    client: redis.Redis
+    client: Client
     keyspace: KeySpace
     tenant: str
 
@@ -161,8 +163,11 @@ class SessionStore:
     store to that tenant's sessions; '' serves every tenant. Redis failures raise
     :class:`SessionStoreUnavailableError` (fail closed)."""
 
-    def __init__(self, client: redis.Redis, *, prefix: str = "bc", tenant: str = "") -> None:
-        if not client.connection_pool.connection_kwargs.get("decode_responses"):
+    def __init__(self, client: Client, *, prefix: str = "bc", tenant: str = "") -> None:
+        kwargs = (client.get_connection_kwargs()  # type: ignore[no-untyped-call]
+                  if isinstance(client, RedisCluster)
+                  else client.connection_pool.connection_kwargs)
+        if not kwargs.get("decode_responses"):
             raise ValueError("SessionStore needs a client made with decode_responses=True "
                              "(as Coordinator.from_url makes it)")
         self.client = client
