@@ -214,6 +214,7 @@ def test_a_task_without_a_token_opens_a_root_named_after_it(redis_cluster: Clust
     assert snap.metadata is not None
     assert snap.metadata.service == T + "solo"
     assert snap.metadata.request_id == out["task_id"]
+    assert snap.metadata.tags["celery_host"] in redis_cluster.workers.names
     assert snap.status == "closed"
     assert snap.max_cost_usd == pytest.approx(0.10)
 

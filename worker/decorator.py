@@ -20,7 +20,7 @@ from celery._state import get_current_task
 
 from coordinator import CancelledByContext, Coordinator, ExecutionContext, IsolationLevel
 from coordinator.errors import ContextExistsError, ContextNotFoundError
-from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
+from coordinator.models import MAX_LABEL, ChainMetadata, ExecutionConfig, TokenBudget
 from coordinator.store.errors import RedisError
 
 from . import running
@@ -92,9 +92,12 @@ def contained(
             name = str(task.name)
             retries = int(request.retries or 0)
             chain_id = task_id if not retries else f"{task_id}-retry{retries}"
+            # the worker's node name (celery@host): the dashboard shows where a task runs
+            host = str(request.hostname or "")[:MAX_LABEL]
             meta = ChainMetadata(request_id=task_id, chain_id=chain_id, service=name,
                                  team=team, org_id=org_id,
-                                 tags={"celery_task": name, "celery_retries": str(retries)})
+                                 tags={"celery_task": name, "celery_retries": str(retries),
+                                       "celery_host": host})
             coord = coordinator or Coordinator.default()
             token = incoming_token(request)
             ctx, rejoined = _open(coord, token, meta, root_config, max_cost_usd, max_steps,

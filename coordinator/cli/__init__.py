@@ -8,6 +8,8 @@ group, each a ``typer.Typer()`` registered below.
     budgetctl gc [--idle SECONDS] [--dry-run] [--json]
     budgetctl demo
     budgetctl sessions list [--tenant T] | cleanup [--provider local|e2b]
+    budgetctl dashboard [--host 127.0.0.1] [--port 8700]
+    budgetctl alerts
 
 ``--redis URL`` goes before or after the command (else ``BUDGET_REDIS_URL``,
 ``REDIS_URL``, ``redis://localhost:6379/0``). Exit codes: 0 done, 1 no such context (or
@@ -23,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from . import abort, demo, gc, sessions, spend, top, tree
+from . import abort, dashboard, demo, gc, sessions, spend, top, tree
 from ._common import DEFAULT_WATCH_S
 
 app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
@@ -32,7 +34,7 @@ app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
 
 # A command group is a typer.Typer() in its own module, registered with one line: without
 # a name its commands are budgetctl's own, with name="sessions" they form a group.
-for group in (top.app, tree.app, abort.app, spend.app, gc.app, demo.app):
+for group in (top.app, tree.app, abort.app, spend.app, gc.app, demo.app, dashboard.app):
     app.add_typer(group)
 app.add_typer(sessions.app, name="sessions")
 

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 _TENANT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
+DASH_SORTS = ("spend", "fraction", "burn", "age")
+"""The orders the dashboard keeps a sorted index of (``dash_index``; ``age``: newest first)."""
+
 VIEW_SHARDS = 16
 """Cross-tree indexes are split in this many keys by hash of the root, so that no one key
 (and no one cluster node) takes every root's open and close."""
@@ -93,6 +96,34 @@ class KeySpace:
 
     def roots_shards(self) -> list[str]:
         return [f"{self.prefix}:roots:{i}" for i in range(VIEW_SHARDS)]
+
+    # The dashboard's views: written by its indexer outside the scripts, rebuilt from the
+    # tree hashes at any time (docs/dashboard.md).
+
+    def dash_index(self, sort: str, scope: str) -> str:
+        """Zset root -> score by ``sort`` (DASH_SORTS) within ``scope`` (``all`` or
+        ``label=value``)."""
+        return f"{self.prefix}:dash:idx:{sort}:{scope}"
+
+    def dash(self, name: str) -> str:
+        """One of the dashboard's per-tenant keys: ``rate`` (hash root -> USD per minute),
+        ``samples`` (hash root -> burn samples JSON), ``indexed`` (hash root -> labels
+        JSON), ``shield`` (set of breaker and window keys seen), ``leader`` (the indexer's
+        lease), and the channels ``alerts`` and ``index`` (trees just indexed)."""
+        return f"{self.prefix}:dash:{name}"
+
+    def dash_open(self, name: str) -> str:
+        """Hash value -> micro-USD (or count) of the open trees by ``name`` (org, team,
+        service, provider, stops, held)."""
+        return f"{self.prefix}:dash:open:{name}"
+
+    def dash_closed_provider(self, day: str) -> str:
+        """Hash provider -> micro-USD of the trees closed on ``day``."""
+        return f"{self.prefix}:dash:closed:provider:{day}"
+
+    def dash_alerted(self, root: str, threshold: str) -> str:
+        """An alert's dedup key (SET NX, expires)."""
+        return f"{self.prefix}:dash:alerted:{root}:{threshold}"
 
     def path_keys(self, root: str, path: tuple[str, ...]) -> list[str]:
         """Context hash keys of a path, root first."""

@@ -1,0 +1,157 @@
+"""The JSON API (the pages are built on the same service calls), the server-sent event
+stream, /healthz and /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..store.dashboard_reads import BACKEND_ERRORS
+from .live import Listener
+from .metrics import CONTENT_TYPE, registry_for, render
+from .runtime import Dashboard
+
+MAX_WATCHED = 200
+MAX_REASON = 500
+
+
+def clean_reason(text: object) -> str:
+    """An abort reason: required, printable, at most MAX_REASON characters."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("a reason is required")
+    text = "".join(c for c in text.strip() if c.isprintable())
+    if len(text) > MAX_REASON:
+        raise ValueError(f"the reason is {len(text)} characters; at most {MAX_REASON}")
+    return text
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer") from None
+
+
+def trees_query(request: Request) -> dict[str, Any]:
+    """The overview's query parameters (sort, label filter, page, size)."""
+    return {"sort": request.query_params.get("sort", "spend"),
+            "label": request.query_params.get("label") or None,
+            "page": _int(request, "page", 1), "size": _int(request, "size", 50)}
+
+
+def spend_csv_body(data: Mapping[str, Any]) -> str:
+    """The spend table as CSV (day, label, value, unit, closed, open)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["day", "label", "value", "unit", "closed", "open"])
+    for r in data["rows"]:
+        value = str(r["value"])
+        if value[:1] in ("=", "+", "-", "@"):  # a spreadsheet must not run a label
+            value = "'" + value
+        writer.writerow([data["day"], r["label"], value, r["unit"], r["closed"], r["open"]])
+    return out.getvalue()
+
+
+def api_routes(dash: Dashboard) -> list[Route]:
+    svc = dash.service
+
+    def trees(request: Request) -> Response:
+        who = dash.principal(request)
+        return JSONResponse(svc.trees(dash.tenant(request, who), **trees_query(request)))
+
+    def tree(request: Request) -> Response:
+        who = dash.principal(request)
+        return JSONResponse(svc.tree(dash.tenant(request, who), request.path_params["id"]))
+
+    async def abort(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ValueError("the body must be JSON: {\"reason\": \"...\"}") from None
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        dash.check_action(request, who, request.headers.get("x-csrf-token"))
+        reason = clean_reason(body.get("reason"))
+        status = await run_in_threadpool(svc.abort, tenant, request.path_params["id"], reason,
+                                         who.name, who.role)
+        return JSONResponse({"id": request.path_params["id"], "status": status,
+                             "reason": reason, "by": who.name})
+
+    def spend(request: Request) -> Response:
+        who = dash.principal(request)
+        return JSONResponse(svc.spend(dash.tenant(request, who), request.query_params.get("day")))
+
+    def spend_csv(request: Request) -> Response:
+        who = dash.principal(request)
+        data = svc.spend(dash.tenant(request, who), request.query_params.get("day"))
+        return Response(spend_csv_body(data), media_type="text/csv", headers={
+            "Content-Disposition": f'attachment; filename="spend-{data["day"]}.csv"'})
+
+    def shield(request: Request) -> Response:
+        who = dash.principal(request)
+        return JSONResponse(svc.shield(dash.tenant(request, who)))
+
+    def healthz(request: Request) -> Response:
+        dash.ensure_started()
+        try:
+            redis_ok = all(svc.health().values())
+        except BACKEND_ERRORS:
+            redis_ok = False
+        body = {"redis": redis_ok, "listener": dash.live.alive or not dash.background,
+                "indexers": {t: i.leading for t, i in dash.indexers.items()}}
+        ok = redis_ok and body["listener"]
+        return JSONResponse({"ok": ok, **body}, status_code=200 if ok else 503)
+
+    registry = registry_for(svc, dash.stats)
+
+    def metrics(request: Request) -> Response:
+        dash.principal(request)
+        return Response(render(registry), media_type=CONTENT_TYPE)
+
+    async def live(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        roots = [r for r in request.query_params.get("roots", "").split(",") if r]
+        listener = Listener(tenant, frozenset(roots[:MAX_WATCHED]),
+                            asyncio.get_running_loop(),
+                            overview=request.query_params.get("view") == "overview")
+        dash.live.add(listener)
+
+        async def stream() -> AsyncIterator[str]:
+            try:
+                yield "retry: 2000\n\n"
+                while True:
+                    try:
+                        msg = await asyncio.wait_for(listener.queue.get(), 15)
+                    except asyncio.TimeoutError:
+                        yield ": keep-alive\n\n"
+                        continue
+                    if msg is None:
+                        return
+                    yield f"data: {json.dumps(msg)}\n\n"
+            finally:
+                dash.live.remove(listener)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store",
+                                          "X-Accel-Buffering": "no"})
+
+    return [Route("/api/trees", trees), Route("/api/trees/{id}", tree),
+            Route("/api/trees/{id}/abort", abort, methods=["POST"]),
+            Route("/api/spend", spend), Route("/api/spend.csv", spend_csv),
+            Route("/api/shield", shield), Route("/api/live", live),
+            Route("/healthz", healthz), Route("/metrics", metrics)]

@@ -1,0 +1,244 @@
+"""The dashboard's pure logic: rows read from context hashes, burn rate and projection,
+sort scores, label scopes and alert crossings. No I/O here."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..core.keys import DASH_SORTS
+
+SORTS = DASH_SORTS
+"""How the overview can be ordered (``age``: newest first): the indexes the store keeps."""
+LABELS = ("org", "team", "service", "user")
+"""Labels a tree can be filtered by (from its ChainMetadata)."""
+_META_NAMES = {"org": "org_id", "team": "team", "service": "service", "user": "user_id"}
+BURN_WINDOW_MS = 5 * 60_000
+"""Burn rate: USD per minute over the last five minutes."""
+SAMPLE_EVERY_MS = 10_000
+MIN_RATE_SPAN_MS = 2_000
+BURN_ALERT_MIN_AGE_MS = 60_000
+ROW_FIELDS = ("id", "status", "reason", "detail", "created_ms", "stopped_ms", "closed_ms",
+              "meta", "u:usd", "h:usd", "l:usd", "u:steps", "l:steps", "u:retries",
+              "u:tin", "u:tout", "depth", "parent")
+"""The context hash fields a row needs (one HMGET)."""
+
+
+def _int(h: Mapping[str, Any], name: str) -> int:
+    value = h.get(name)
+    try:
+        return int(value) if value not in (None, "") else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def labels_of(meta_json: str | None) -> dict[str, str]:
+    """The filterable labels of a context's metadata JSON (empty ones left out)."""
+    try:
+        meta = json.loads(meta_json or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    out = {}
+    for label, name in _META_NAMES.items():
+        value = meta.get(name)
+        if isinstance(value, str) and value:
+            out[label] = value
+    return out
+
+
+def parse_scope(text: str | None) -> tuple[str, str] | None:
+    """``team=research`` -> (``team``, ``research``); None for no filter. Raises
+    ValueError for a label the overview cannot filter by."""
+    if not text:
+        return None
+    label, sep, value = text.partition("=")
+    if not sep or label not in LABELS or not value:
+        raise ValueError(f"filter must be LABEL=VALUE with LABEL one of {', '.join(LABELS)}")
+    return label, value
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Spend speed of a tree."""
+
+    usd_per_min: float
+    """USD per minute over the last minutes (0 when nothing was spent)."""
+    minutes_to_ceiling: float | None
+    """At that rate, minutes until spend + held reaches the ceiling (None: never/no limit)."""
+
+
+def burn_rate(samples: Sequence[tuple[int, int]], now_ms: int, used_micro: int,
+              created_ms: int) -> float:
+    """USD per minute over the burn window. The baseline is the last sample taken before
+    the window opened (spend then, as of the window's start), else the first sample in
+    it, else the tree's creation (a tree younger than the window started at zero)."""
+    start = now_ms - BURN_WINDOW_MS
+    base_ms: int = created_ms
+    base: int | None = 0
+    if created_ms < start:
+        base_ms, base = start, None
+    for ms, micro in samples:  # oldest first
+        if ms <= start:
+            base_ms, base = start, micro
+        elif base is None:
+            base_ms, base = ms, micro
+    span = now_ms - base_ms
+    if base is None or span < MIN_RATE_SPAN_MS or used_micro <= base:
+        return 0.0
+    return (used_micro - base) / 1e6 / (span / 60_000)
+
+
+def next_samples(samples: Sequence[tuple[int, int]], now_ms: int, used_micro: int
+                 ) -> list[tuple[int, int]] | None:
+    """The samples to keep after observing ``used_micro`` at ``now_ms``; None when
+    nothing needs writing (the last sample is recent, or spend has not moved)."""
+    if samples and (now_ms - samples[-1][0] < SAMPLE_EVERY_MS or samples[-1][1] == used_micro):
+        return None
+    start = now_ms - BURN_WINDOW_MS
+    before = [s for s in samples if s[0] <= start][-1:]
+    return [*before, *(s for s in samples if s[0] > start), (now_ms, used_micro)]
+
+
+def projection(rate: float, limit_micro: int, used_micro: int, held_micro: int) -> Rate:
+    """The rate with the minutes left before spend + held reaches the ceiling."""
+    if rate <= 0 or limit_micro <= 0:
+        return Rate(rate, None)
+    left = max(0, limit_micro - used_micro - held_micro) / 1e6
+    return Rate(rate, left / rate)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One context as the dashboard shows it."""
+
+    id: str
+    status: str
+    reason: str | None
+    detail: str | None
+    labels: dict[str, str]
+    spend_usd: float
+    held_usd: float
+    ceiling_usd: float | None
+    fraction: float | None
+    steps: int
+    max_steps: int | None
+    retries: int
+    tokens_in: int
+    tokens_out: int
+    created_ms: int
+    age_s: float
+    depth: int
+    parent: str | None
+    usd_per_min: float = 0.0
+    minutes_to_ceiling: float | None = None
+    stopped_by: str | None = None
+    """The context whose stop this one inherits (itself when it was stopped itself)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def row_from_hash(h: Mapping[str, Any], now_ms: int, rate: float = 0.0,
+                  labels: dict[str, str] | None = None) -> Row | None:
+    """A row from a context hash (as read with ROW_FIELDS); None for a missing context.
+    ``labels``: the context's labels when already parsed from its metadata."""
+    if not h.get("status"):
+        return None
+    used, held, limit = _int(h, "u:usd"), _int(h, "h:usd"), _int(h, "l:usd")
+    status = str(h["status"])
+    end = _int(h, "stopped_ms") or _int(h, "closed_ms") or now_ms
+    created = _int(h, "created_ms") or now_ms
+    proj = projection(rate, limit, used, held) if status == "running" else Rate(rate, None)
+    return Row(
+        id=str(h.get("id") or ""), status=status,
+        reason=str(h["reason"]) if status == "stopped" and h.get("reason") else None,
+        detail=str(h["detail"]) if status == "stopped" and h.get("detail") else None,
+        labels=labels if labels is not None else labels_of(h.get("meta")),
+        spend_usd=used / 1e6, held_usd=held / 1e6,
+        ceiling_usd=limit / 1e6 if limit else None,
+        fraction=used / limit if limit else None,
+        steps=_int(h, "u:steps"), max_steps=_int(h, "l:steps") or None,
+        retries=_int(h, "u:retries"), tokens_in=_int(h, "u:tin"), tokens_out=_int(h, "u:tout"),
+        created_ms=created, age_s=max(0, end - created) / 1000, depth=_int(h, "depth"),
+        parent=str(h["parent"]) if h.get("parent") else None,
+        usd_per_min=proj.usd_per_min, minutes_to_ceiling=proj.minutes_to_ceiling,
+        stopped_by=str(h.get("id")) if status == "stopped" else None,
+    )
+
+
+def sort_scores(row: Row) -> dict[str, float]:
+    """The row's score in each sorted index (larger first; ``age``: newer first)."""
+    return {"spend": row.spend_usd, "fraction": row.fraction or 0.0,
+            "burn": row.usd_per_min, "age": float(row.created_ms)}
+
+
+def scopes(labels: Mapping[str, str]) -> list[str]:
+    """Index scopes a tree belongs to: ``all`` and one ``label=value`` per label."""
+    return ["all", *(f"{k}={v}" for k, v in sorted(labels.items()) if k in LABELS)]
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """Thresholds for the roots whose labels match (all roots when ``match`` is empty)."""
+
+    fractions: tuple[float, ...] = (0.5, 0.8, 1.0)
+    """Fractions of the root's ceiling (settled spend); each crossing alerts once."""
+    burn_usd_per_min: float | None = None
+    """A burn rate above which the root alerts once."""
+    match: dict[str, str] = field(default_factory=dict)
+    """Labels a root must carry for this rule (for example ``{"team": "research"}``)."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One threshold crossed by one context."""
+
+    root: str
+    context: str
+    threshold: str
+    """``fraction:0.8`` or ``burn:2.5``."""
+    value: float
+    """The observed fraction, or USD per minute."""
+    labels: dict[str, str]
+    spend_usd: float
+    ceiling_usd: float | None
+    ts_ms: int
+
+    def message(self) -> str:
+        kind, _, level = self.threshold.partition(":")
+        who = " ".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or self.root
+        if kind == "fraction":
+            return (f"budget {who}: {self.value:.0%} of the ${self.ceiling_usd or 0:.2f} "
+                    f"ceiling spent (threshold {float(level):.0%})")
+        return f"budget {who}: burning ${self.value:.4f}/min (threshold ${float(level)}/min)"
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "message": self.message()}
+
+
+def crossings(row: Row, root: str, rules: Sequence[AlertRule], now_ms: int) -> list[Alert]:
+    """Every threshold of the matching rules that ``row`` is at or past."""
+    out: dict[str, Alert] = {}
+    for rule in rules:
+        if any(row.labels.get(k) != v for k, v in rule.match.items()):
+            continue
+        if row.fraction is not None:
+            for f in rule.fractions:
+                if row.fraction >= f - 1e-12:
+                    key = f"fraction:{f:g}"
+                    out[key] = Alert(root, row.id, key, row.fraction, row.labels,
+                                     row.spend_usd, row.ceiling_usd, now_ms)
+        burn = rule.burn_usd_per_min
+        # a first call of a tree a few seconds old extrapolates to a huge rate: a burn
+        # alert waits until the rate covers a minute
+        if (burn is not None and row.age_s * 1000 >= BURN_ALERT_MIN_AGE_MS
+                and math.isfinite(row.usd_per_min) and row.usd_per_min >= burn):
+            key = f"burn:{burn:g}"
+            out[key] = Alert(root, row.id, key, row.usd_per_min, row.labels, row.spend_usd,
+                             row.ceiling_usd, now_ms)
+    return list(out.values())

@@ -1,0 +1,124 @@
+"""The HTML pages (Jinja2, autoescaped): overview, tree, spend, shield, login; and the
+tree page's abort form. Each page renders the same service data as its API twin."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from .api import clean_reason, trees_query
+from .auth import LoginThrottle, csrf_ok, csrf_token
+from .model import LABELS, SORTS
+from .runtime import Dashboard, Forbidden
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this site (no scheme, no //host) is followed after login."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+def page_routes(dash: Dashboard) -> list[Route]:
+    svc = dash.service
+    throttle = LoginThrottle()
+
+    def overview(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        query = trees_query(request)
+        data = svc.trees(tenant, **query)
+        fragment = request.query_params.get("fragment") == "1"
+        pages = max(1, -(-data["total"] // data["size"]))
+
+        def link(**change: object) -> str:
+            params = {"tenant": tenant, "sort": query["sort"], "label": query["label"] or "",
+                      "page": query["page"],
+                      "size": query["size"] if query["size"] != 50 else "", **change}
+            return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})
+
+        return dash.render(request, "_rows.html" if fragment else "overview.html", who=who,
+                           tenant=tenant, data=data, sorts=SORTS, labels=LABELS, pages=pages,
+                           link=link, query=query)
+
+    def tree(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        data = svc.tree(tenant, request.path_params["id"])
+        fragment = request.query_params.get("fragment") == "1"
+        return dash.render(request, "_tree.html" if fragment else "tree.html", who=who,
+                           tenant=tenant, data=data, message=request.query_params.get("msg"))
+
+    async def abort(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        form = await request.form()
+        csrf = form.get("csrf")
+        dash.check_action(request, who, csrf if isinstance(csrf, str) else None)
+        reason = clean_reason(form.get("reason"))
+        ctx_id = request.path_params["id"]
+        await run_in_threadpool(svc.abort, tenant, ctx_id, reason, who.name, who.role)
+        query = urlencode({"tenant": tenant, "msg": f"aborted by {who.name}: {reason}"})
+        return RedirectResponse(f"{dash.base(request)}/trees/{ctx_id}?{query}", 303)
+
+    def spend(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        data = svc.spend(tenant, request.query_params.get("day"))
+        peak = max([r["closed"] + r["open"] for r in data["rows"] if r["unit"] == "usd"] or [0])
+        peak_tokens = max([r["closed"] + r["open"] for r in data["rows"]
+                           if r["unit"] == "tokens"] or [0])
+        return dash.render(request, "spend.html", who=who, tenant=tenant, data=data,
+                           peak=peak or 1, peak_tokens=peak_tokens or 1)
+
+    def shield(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        return dash.render(request, "shield.html", who=who, tenant=tenant,
+                           data=svc.shield(tenant))
+
+    async def login(request: Request) -> Response:
+        target = _safe_next(request.query_params.get("next"))
+        if request.method == "GET":
+            return dash.render(request, "login.html", target=target, failed=False,
+                               locked=False)
+        form = await request.form()
+        csrf = form.get("csrf")
+        if not csrf_ok(request.session, csrf if isinstance(csrf, str) else None):
+            raise Forbidden("missing or wrong CSRF token; reload the login page")
+        name, password = form.get("user"), form.get("password")
+        if not isinstance(name, str) or not isinstance(password, str):
+            raise ValueError("user and password are required")
+        now = time.monotonic()
+        if throttle.locked(name, now):
+            return dash.render(request, "login.html", 429, {"Retry-After": "60"},
+                               target=target, failed=False, locked=True)
+        who = await run_in_threadpool(dash.auth.login, name, password)  # PBKDF2: not here
+        if who is None:
+            throttle.failed(name, now)
+            return dash.render(request, "login.html", 401, target=target, failed=True,
+                               locked=False)
+        throttle.succeeded(name)
+        request.session.clear()
+        request.session["user"] = who.name
+        csrf_token(request.session)
+        return RedirectResponse(dash.base(request) + target, 303)
+
+    async def logout(request: Request) -> Response:
+        form = await request.form()
+        csrf = form.get("csrf")
+        if not csrf_ok(request.session, csrf if isinstance(csrf, str) else None):
+            raise Forbidden("missing or wrong CSRF token")
+        request.session.clear()
+        return RedirectResponse(f"{dash.base(request)}/login", 303)
+
+    return [Route("/", overview), Route("/trees/{id}", tree),
+            Route("/trees/{id}/abort", abort, methods=["POST"]),
+            Route("/spend", spend), Route("/shield", shield),
+            Route("/login", login, methods=["GET", "POST"]),
+            Route("/logout", logout, methods=["POST"])]
