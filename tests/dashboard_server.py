@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -110,11 +111,16 @@ def coordinator(url: str, tenant: str = "") -> Coordinator:
 
 def open_tree(coord: Coordinator, chain_id: str, *, ceiling: float = 1.0, team: str = "research",
               org: str = "acme", service: str = "agent") -> ExecutionContext:
-    return ExecutionContext(
-        ExecutionConfig(max_cost_usd=ceiling, max_steps=10_000, max_retries_total=10),
-        metadata=ChainMetadata(request_id=f"req-{chain_id}", chain_id=chain_id, org_id=org,
-                               team=team, service=service),
-        coordinator=coord)
+    """A root context opened in Redis at once. It is made on a thread of its own: the
+    browser tests drive Playwright's sync API, which runs an event loop on the test's
+    thread, and a root made on a running loop defers its open to its first call."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(
+            ExecutionContext,
+            ExecutionConfig(max_cost_usd=ceiling, max_steps=10_000, max_retries_total=10),
+            metadata=ChainMetadata(request_id=f"req-{chain_id}", chain_id=chain_id,
+                                   org_id=org, team=team, service=service),
+            coordinator=coord).result()
 
 
 def spend(ctx: ExecutionContext, usd: float, *, tokens: int = 0, provider: str | None = None,
