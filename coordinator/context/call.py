@@ -26,9 +26,11 @@ from ..models import Decision, WrapOptions
 from ..shield.pipeline import ToolCallContext
 from ..shield.policy import PolicyContext
 from ..store.errors import UNAVAILABLE
+from ..store.leases_store import LeaseStore, is_slice
 from ..store.records import ReservationRecord
 from ..store.tree import Held, Replayed, Stop
 from .cancellation import CancellationToken, CancelledByContext
+from .lease import LeaseSlice, slice_of
 from .state import ContextState
 
 log = logging.getLogger("coordinator")
@@ -70,6 +72,8 @@ class Call:
     collector: UsageCollector = field(default_factory=UsageCollector)
     parent_call: str | None = None
     reserved: bool = True
+    lease: LeaseSlice | None = None
+    """The slice the call was served from (lease mode), else None (a strict reserve)."""
     held: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +97,11 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> 
     if state.closed:
         return halt(state, kind, opts, call_id, "closed", "context is closed")
     amounts = reserve_amounts(opts)
+    lease = slice_of(state)
+    if lease is not None:  # lease mode: served from the slice when it covers the estimate
+        served = _from_slice(state, lease, amounts)
+        if served:
+            return _admit(_new_call(state, owner, kind, opts, call_id, amounts, lease=lease))
     try:
         state.ensure_open()
         res = state.store.reserve(state.path, call_id, amounts, keyed=keyed)
@@ -113,18 +122,37 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> 
     state.coord.observe_redis_time(res.now_ms)
     if res.expired:
         reap(state, res.expired)
-    call = _new_call(state, owner, kind, opts, call_id, amounts)
+    return _admit(_new_call(state, owner, kind, opts, call_id, amounts))
+
+
+def _from_slice(state: ContextState, lease: LeaseSlice, amounts: list[str | int]) -> bool:
+    """Whether the call is served from the context's slice (refilled when it cannot
+    cover the estimate); False: it takes a strict reserve."""
+    if lease.serve(amounts):
+        return True
+    try:
+        state.ensure_open()
+        served, expired, stops = lease.refill(amounts)
+    except UNAVAILABLE:
+        return False  # the strict reserve reports it
+    for stop in stops:
+        if stop.ctx_id in state.path.ids:
+            state.handle_stop(stop.reason)
+    if expired:
+        reap(state, expired)
+    return served and state.stopped is None
+
+
+def _admit(call: Call) -> Call | Outcome:
+    """Consult the pipeline and the breaker for a call that holds its estimate."""
+    state = call.state
     try:
         refusal = _consult_before(call)
     except BaseException:  # a hook failed: the call never runs, its hold goes
-        state.store.finish(state.path, call_id, outcome="skip", node=node(call, "error"),
-                           amounts=[], write_behind=True)
-        state.coord.schedule_flush()
+        finish(call, "skip", node(call, "error"), [], write_behind=True)
         raise
     if refusal is not None:
-        state.store.finish(state.path, call_id, outcome="skip", node=node(call, "halted"),
-                           amounts=[], write_behind=True)
-        state.coord.schedule_flush()
+        finish(call, "skip", node(call, "halted"), [], write_behind=True)
         if call.token is not state.cancellation_token:
             call.token.detach()
         return refusal
@@ -132,7 +160,8 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> 
 
 
 def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
-              call_id: str, amounts: list[str | int], *, reserved: bool = True) -> Call:
+              call_id: str, amounts: list[str | int], *, reserved: bool = True,
+              lease: LeaseSlice | None = None) -> Call:
     parent_call = active_call.get()
     tool_ctx = None
     if state.pipeline is not None or state.circuit_breaker is not None:
@@ -149,7 +178,8 @@ def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
         token = CancellationToken(parent=state.cancellation_token)
         state.coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel("timeout"))
     return Call(state, owner, call_id, kind, opts, amounts, tool_ctx, token,
-                parent_call=parent_call.call_id if parent_call else None, reserved=reserved)
+                parent_call=parent_call.call_id if parent_call else None, reserved=reserved,
+                lease=lease)
 
 
 def _consult_before(call: Call) -> Outcome | None:
@@ -199,6 +229,9 @@ def reap(state: ContextState, expired: list[tuple[str, ReservationRecord]]) -> N
     """Settle reservations whose worker stopped renewing them, at their estimate."""
     now = time.time()
     for reservation_id, record in expired:
+        if is_slice(reservation_id):  # a slice: what it flushed stays, the rest returns
+            LeaseStore(state.store).reclaim(state.path.root, reservation_id, record)
+            continue
         lost = {"node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",
                 "start_ts": now, "end_ts": now, "status": "lost",
                 "cost_usd": micro_to_usd(record.held_amount("usd")),
@@ -357,6 +390,12 @@ def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str |
     if not call.reserved:
         return []
     state = call.state
+    if call.lease is not None:
+        stops = call.lease.finish(call.held, outcome, record, amounts, now=not write_behind)
+        for stop in stops:
+            if stop.ctx_id in state.path.ids:
+                state.handle_stop(stop.reason)
+        return stops
     try:
         stops = state.store.finish(state.path, call.call_id, outcome=outcome, node=record,
                                    amounts=amounts, write_behind=write_behind)

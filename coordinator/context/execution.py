@@ -29,6 +29,7 @@ from ..models import (
     ContextSnapshot,
     Decision,
     ExecutionConfig,
+    LeasePolicy,
     SafetyEvent,
     TokenBudget,
     WrapOptions,
@@ -39,6 +40,7 @@ from ..shield.pipeline import ShieldPipeline, ToolCallContext
 from ..store.errors import UNAVAILABLE
 from .call import Outcome, active_call
 from .cancellation import CancellationToken
+from .lease import end_lease
 from .ledger import TokenLedger
 from .opening import attach_state, check_type, mint_token, open_state, token_state
 from .reading import active_limits, limit_error, load_snapshot, snapshot
@@ -159,12 +161,14 @@ class ExecutionContext:
         token_budget: TokenBudget | None = None,
         deadline: datetime | None = None,
         metadata: ChainMetadata | None = None,
+        lease: LeasePolicy | bool | None = None,
     ) -> ExecutionContext:
         """Open a child context. Cost (and every token dimension) defaults to what remains
         above; steps and retries to the parent's limits. Explicit limits are tightened to
-        what remains above; every ancestor's limits keep applying."""
+        what remains above; every ancestor's limits keep applying. ``lease``: the parent's
+        lease policy unless given (False: strict reserves)."""
         plan = child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
-                          token_budget, deadline)
+                          token_budget, deadline, lease)
         state = open_state(self._state.coord, plan, pipeline, metadata, self._state,
                            self.circuit_breaker)
         return ExecutionContext._from_state(state, self)
@@ -277,6 +281,7 @@ class ExecutionContext:
         state.closed = True
         coord = state.coord
         try:
+            end_lease(state)
             state.store.flush()
             if state.owner and state.pending_open is None:
                 m = state.metadata
@@ -299,6 +304,7 @@ class ExecutionContext:
             return
         state.closed = True
         try:
+            end_lease(state)
             if state.pending_open is None:
                 state.store.expire_context(state.path, state.coord.retention_s)
             else:

@@ -12,7 +12,8 @@ from redis.commands.core import Script
 from ..core.script_constants import LUA_CONSTANTS
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window")
+                "breaker_check", "breaker_record", "window",
+                "lease_take", "lease_flush", "lease_return")
 
 
 def lua_dir() -> Path:

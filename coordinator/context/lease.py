@@ -1,0 +1,307 @@
+"""Lease mode, the in-process side: a slice of a context's budget taken from Redis in one
+atomic step, calls served from it without a round trip, their spend written behind in
+batches, and the rest given back at close, at the slice's age-out or on a stop.
+
+The invariant kept: in Redis, the slice is held at every level like a reservation, so
+(slices + spend) stays under every ceiling; locally, a call is served only when the
+slice's amounts not yet spent or promised to calls in flight cover its estimate."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.paths import Path
+from ..models import LeasePolicy
+from ..runtime.coordinator import Coordinator
+from ..store.errors import UNAVAILABLE
+from ..store.leases_store import SLICE_PREFIX, Batch, LeaseStore, NotTaken, decode_take
+from ..store.records import ReservationRecord
+from ..store.tree import Stop, decode_stops
+from .state import ContextState
+
+FLUSH_AFTER_S = 0.05
+"""A batch is written at most this long after its first call finished..."""
+BATCH_MAX = 256
+"""...or as soon as this many calls are in it."""
+RETRY_TAKE_S = 0.05
+"""After a slice was refused (near a ceiling), calls take strict reserves this long
+before a slice is asked for again."""
+
+Expired = list[tuple[str, ReservationRecord]]
+
+
+class LeaseSlice:
+    """One process's slice of one context's budget (thread-safe)."""
+
+    def __init__(self, coord: Coordinator, path: Path, policy: LeasePolicy) -> None:
+        self.coord = coord
+        self.path = path
+        self.policy = policy
+        self.leases = LeaseStore(coord.store)
+        self.max_age_s = policy.max_age_ms / 1000
+        self.want: dict[str, int] = {"usd": round(policy.usd * 1_000_000),
+                                     "steps": policy.steps}
+        if policy.tokens is not None:
+            self.want.update(tin=policy.tokens, tout=policy.tokens)
+        self._lock = threading.Lock()  # the counters below
+        self._flush_lock = threading.Lock()  # one flush or take at a time, in order
+        self.slice_id: str | None = None
+        self.avail: dict[str, int] = {}
+        """The slice's amounts not spent nor promised to calls in flight."""
+        self.expires = 0.0  # monotonic time of the slice's age-out
+        self.inflight = 0
+        self.stopped: str | None = None
+        self.closed = False
+        self._retry_at = 0.0
+        self._seq = 0
+        self._batch = self._new_batch()
+        self._flush_scheduled = False
+
+    # -- the stop listener's target ------------------------------------------------------
+
+    @property
+    def tree_path(self) -> Path:
+        return self.path
+
+    def handle_stop(self, reason: str) -> None:
+        """A stop reached this process: no call is served from the slice any more; it is
+        given back at once (or when the calls in flight finish)."""
+        self.stopped = reason
+        if self.inflight == 0:
+            self.coord.call_later(0, self._give_back_now)
+
+    # -- serving -------------------------------------------------------------------------
+
+    def serve(self, amounts: Sequence[str | int]) -> bool:
+        """Promise a call's estimate from the slice, without a round trip. False: the
+        caller takes a strict reserve (no slice, stopped, or the call does not fit)."""
+        with self._lock:
+            if self.slice_id is not None and self.stopped is None and (
+                    time.monotonic() < self.expires) and self._promise(amounts):
+                return True
+        return False
+
+    def _promise(self, amounts: Sequence[str | int]) -> bool:
+        avail = self.avail
+        for i in range(0, len(amounts), 2):
+            amount = int(amounts[i + 1])
+            if amount and avail.get(str(amounts[i]), -1) < amount:
+                return False
+        for i in range(0, len(amounts), 2):
+            dim = str(amounts[i])
+            if dim in avail:
+                avail[dim] -= int(amounts[i + 1])
+        self.inflight += 1
+        return True
+
+    def refill(self, amounts: Sequence[str | int]) -> tuple[bool, Expired, list[Stop]]:
+        """Give the old slice back and take a new one (one round trip), then serve the
+        call from it. Returns (served, expired reservations to reap, stops heard).
+        Raises UNAVAILABLE when Redis cannot be reached."""
+        need = {str(amounts[i]): int(amounts[i + 1]) for i in range(0, len(amounts), 2)
+                if int(amounts[i + 1])}
+        if (self.stopped is not None or self.closed or time.monotonic() < self._retry_at
+                or any(d not in self.want or a > self.want[d] for d, a in need.items())):
+            return False, [], []  # a call larger than a slice takes a strict reserve
+        with self._flush_lock:
+            with self._lock:
+                if self.inflight:  # calls in flight hold the old slice: no refill now
+                    return False, [], []
+                old, batch = self.slice_id, self._take_batch()
+                self.slice_id, self.avail = None, {}
+            ops = []
+            if old is not None or batch.nodes:
+                ops.append(self.leases.flush_op(self.path, old or "", batch, give_back=True))
+            new_id = SLICE_PREFIX + secrets.token_hex(12)
+            ops.append(self.leases.take_op(self.path, new_id, {
+                dim: (amount, need.get(dim, 0)) for dim, amount in self.want.items()}))
+            try:
+                results = self.leases.take_and_flush(ops)
+            except UNAVAILABLE:
+                if len(ops) == 2:
+                    self.leases.queue(ops[0])
+                    self.coord.schedule_flush()
+                raise
+            stops: list[Stop] = []
+            if old is not None:
+                self.leases.wire.untrack(old)
+            if len(ops) == 2 and not isinstance(results[0], Exception):
+                stops = _stops(self.path, results[0])
+            if isinstance(results[-1], Exception):
+                raise results[-1]
+            taken = decode_take(results[-1])
+            if isinstance(taken, NotTaken):
+                self._retry_at = time.monotonic() + RETRY_TAKE_S
+                return False, [], stops
+            self.coord.observe_redis_time(taken.now_ms)
+            self.leases.wire.track(new_id, self.path.root)
+            with self._lock:
+                self.slice_id, self.avail = new_id, dict(taken.amounts)
+                self.expires = time.monotonic() + self.max_age_s
+                served = self.stopped is None and self._promise(amounts)
+            self.coord.call_later(self.max_age_s, lambda: self._age_out(new_id))
+            if self.stopped is not None:
+                self.coord.call_later(0, self._give_back_now)
+            return served, taken.expired, stops
+
+    # -- settling ------------------------------------------------------------------------
+
+    def finish(self, held: dict[str, int], outcome: str, node: dict[str, Any],
+               amounts: Sequence[str | int], *, now: bool) -> list[Stop]:
+        """A call served from the slice ended: release its promise, count what it spent in
+        the batch. The batch is written now when ``now`` (or when the slice is overspent,
+        or full), else within FLUSH_AFTER_S. Returns the stops of a flush made now."""
+        node_json = json.dumps(node)
+        with self._lock:
+            avail, spent = self.avail, self._batch.spent
+            for dim, amount in held.items():
+                if dim in avail:
+                    avail[dim] += amount
+            for i in range(0, len(amounts), 2):
+                dim, amount = str(amounts[i]), int(amounts[i + 1])
+                if amount:
+                    spent[dim] = spent.get(dim, 0) + amount
+                    if dim in avail:
+                        avail[dim] -= amount
+            if outcome == "ok":
+                spent["steps"] = spent.get("steps", 0) + 1
+                if "steps" in avail:
+                    avail["steps"] -= 1
+            elif outcome == "error":
+                spent["retries"] = spent.get("retries", 0) + 1
+            self._batch.nodes.append(node_json)
+            self.inflight -= 1
+            ending = self.inflight == 0 and (self.stopped is not None or self.closed)
+            now = now or ending or len(self._batch.nodes) >= BATCH_MAX or any(
+                v < 0 for v in avail.values())
+            schedule = not now and not self._flush_scheduled
+            if schedule:
+                self._flush_scheduled = True
+        if ending:
+            return self.give_back()
+        if now:
+            return self.flush()
+        if schedule:
+            self.coord.call_later(FLUSH_AFTER_S, self._timed_flush)
+        return []
+
+    def flush(self, *, give_back: bool = False) -> list[Stop]:
+        """Write the batch now (one round trip); with ``give_back`` also return the rest
+        of the slice. When Redis is away the write stays queued on the wire."""
+        with self._flush_lock:
+            with self._lock:
+                batch = self._take_batch()
+                slice_id = self.slice_id
+                if give_back and self.inflight:
+                    give_back = False  # its calls in flight hold it: the last one returns it
+                if give_back:
+                    self.slice_id, self.avail = None, {}
+            if not batch.nodes and not (give_back and slice_id):
+                return []
+            op = self.leases.flush_op(self.path, slice_id or "", batch, give_back=give_back)
+            try:
+                stops = self.leases.flush(self.path, op)
+            except UNAVAILABLE:
+                self.leases.queue(op)
+                self.coord.schedule_flush()
+                return []
+            if give_back and slice_id:
+                self.leases.wire.untrack(slice_id)
+            return stops
+
+    def give_back(self) -> list[Stop]:
+        """Write the batch and return what the slice did not use."""
+        return self.flush(give_back=True)
+
+    def close(self) -> None:
+        """The context's handle closes: no more calls; the slice goes back now."""
+        self.closed = True
+        self.give_back()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _new_batch(self) -> Batch:
+        self._seq += 1
+        return Batch(self._seq, [], [], {})
+
+    def _take_batch(self) -> Batch:
+        batch, self._batch = self._batch, self._new_batch()
+        self._flush_scheduled = False
+        return batch
+
+    def _give_back_now(self) -> None:
+        self.give_back()
+
+    def _timed_flush(self) -> None:
+        if self._flush_scheduled:
+            self.flush()
+
+    def _age_out(self, slice_id: str) -> None:
+        """The slice reached its age: give it back unless calls are in flight (the last
+        one to finish gives it back) or it was already replaced."""
+        if self.slice_id != slice_id:
+            return
+        if self.inflight:
+            self.coord.call_later(FLUSH_AFTER_S, lambda: self._age_out(slice_id))
+        else:
+            self.give_back()
+
+
+def _stops(path: Path, reply: Any) -> list[Stop]:
+    return decode_stops(path, reply) if reply and int(reply[0]) == 1 else []
+
+
+# -- which handle has a slice --------------------------------------------------------------
+
+_slices: weakref.WeakKeyDictionary[ContextState, LeaseSlice] = weakref.WeakKeyDictionary()
+_live: weakref.WeakSet[LeaseSlice] = weakref.WeakSet()
+_slices_lock = threading.Lock()
+_atexit_registered = False
+
+
+def slice_of(state: ContextState) -> LeaseSlice | None:
+    """The slice of a handle in lease mode (made on its first call); None in strict mode
+    (no lease policy, or keyed call ids, whose replays need a reservation per call)."""
+    policy = state.config.lease
+    if policy is None or state.call_seq is not None:
+        return None
+    found = _slices.get(state)
+    if found is not None:
+        return found
+    with _slices_lock:
+        found = _slices.get(state)
+        if found is None:
+            found = LeaseSlice(state.coord, state.path, policy)
+            global _atexit_registered
+            if not _atexit_registered:
+                atexit.register(_give_back_all)
+                _atexit_registered = True
+            _slices[state] = found
+            _live.add(found)
+            state.coord.register(found)  # stops broadcast reach the slice too
+    return found
+
+
+def end_lease(state: ContextState) -> None:
+    """Give back the slice of a handle that closes or detaches (no-op in strict mode)."""
+    with _slices_lock:
+        found = _slices.pop(state, None)
+    if found is not None:
+        found.close()
+        state.coord.unregister(found)
+
+
+def _give_back_all() -> None:
+    """At exit: every slice of this process goes back (its spend written)."""
+    for lease in list(_live):
+        try:
+            lease.close()
+        except Exception:  # noqa: BLE001 - exiting: the lease expiry reclaims the rest
+            pass
