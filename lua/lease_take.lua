@@ -4,13 +4,18 @@
 -- KEYS[1]     bc:{R}:res      hash  reservation id -> its record (the slice's record too)
 -- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
 -- KEYS[3]     bc:{R}:slices   set   the slice ids of the tree now open
--- KEYS[4..]   per level of the path, root first, caller last: bc:{R}:ctx:<id> (hash)
+-- KEYS[4]     bc:{R}:lessees  zset  who asked for a slice lately (slice owner -> until ms)
+-- KEYS[5..]   per level of the path, root first, caller last: bc:{R}:ctx:<id> (hash)
 -- ARGV[1]     slice id (a reservation id starting with 'slice:')
 -- ARGV[2]     lease length in ms (its expiry; renewed while the process lives)
 -- ARGV[3]     path ids, comma-separated, root first (the levels in KEYS)
--- ARGV[4]     share divisor: a slice takes at most (what remains) / (divisor * (n + 1))
---             of a limited dimension, n being the slices already open in the tree
--- ARGV[5..]   triples: dimension, amount wanted, least amount worth taking (integers)
+-- ARGV[4]     share divisor: a slice takes at most (what remains) / (divisor * n) of a
+--             limited dimension, n being the owners that asked for a slice lately (this
+--             one included, granted or refused: a process refused counts, so that the
+--             others' next slices leave it room)
+-- ARGV[5]     the slice owner (one per process and context)
+-- ARGV[6]     how long an owner counts after asking, in ms
+-- ARGV[7..]   triples: dimension, amount wanted, least amount worth taking (integers)
 --
 -- A level that is not running, past its deadline, or that cannot spare the least amount
 -- of a dimension refuses the slice and changes nothing (the caller then takes a strict
@@ -25,7 +30,7 @@ local now = now_ms()
 local ids = split(ARGV[3])
 local divisor = tonumber(ARGV[4])
 local dims, want, least = {}, {}, {}
-for i = 5, #ARGV, 3 do
+for i = 7, #ARGV, 3 do
   dims[#dims + 1] = ARGV[i]
   want[#want + 1] = tonumber(ARGV[i + 1])
   least[#least + 1] = tonumber(ARGV[i + 2])
@@ -45,13 +50,16 @@ for _, t in ipairs(totals) do
   end
 end
 
-local share = 1 / (divisor * (redis.call('SCARD', KEYS[3]) + 1))
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[5])
+redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]))
+local share = 1 / (divisor * redis.call('ZCARD', KEYS[4]))
 local grant = {}
 for j = 1, #dims do grant[j] = want[j] end
-local levels = #KEYS - 3
+local levels = #KEYS - 4
 local values = {}
 for lv = 1, levels do
-  local v = redis.call('HMGET', KEYS[lv + 3], unpack(fields))
+  local v = redis.call('HMGET', KEYS[lv + 4], unpack(fields))
   if v[1] ~= 'running' then return {0, now, 'not running'} end
   local deadline = tonumber(v[2] or '0')
   if deadline > 0 and now >= deadline then return {0, now, 'deadline passed'} end
@@ -100,7 +108,7 @@ for lv = 1, levels do
       set[#set + 1] = tonumber(values[lv][base + 3] or '0') + grant[j]
     end
   end
-  if #set > 0 then redis.call('HSET', KEYS[lv + 3], unpack(set)) end
+  if #set > 0 then redis.call('HSET', KEYS[lv + 4], unpack(set)) end
 end
 local rec = new_reservation(ids, held, false)
 rec.s = 1

@@ -31,8 +31,8 @@ FLUSH_AFTER_S = 0.05
 BATCH_MAX = 256
 """...or as soon as this many calls are in it."""
 RETRY_TAKE_S = 0.05
-"""After a slice was refused (near a ceiling), calls take strict reserves this long
-before a slice is asked for again."""
+"""After a slice was refused (near a ceiling), calls needing as much take strict reserves
+this long before a slice is asked for again."""
 
 Expired = list[tuple[str, ReservationRecord]]
 
@@ -50,6 +50,9 @@ class LeaseSlice:
                                      "steps": policy.steps}
         if policy.tokens is not None:
             self.want.update(tin=policy.tokens, tout=policy.tokens)
+        self.owner = secrets.token_hex(8)
+        self.owner_ms = 2 * policy.max_age_ms + 1000
+        """How long this owner counts among the tree's lessees after asking."""
         self._lock = threading.Lock()  # the counters below
         self._flush_lock = threading.Lock()  # one flush or take at a time, in order
         self.slice_id: str | None = None
@@ -60,6 +63,7 @@ class LeaseSlice:
         self.stopped: str | None = None
         self.closed = False
         self._retry_at = 0.0
+        self._refused: dict[str, int] = {}
         self._seq = 0
         self._batch = self._new_batch()
         self._flush_scheduled = False
@@ -107,9 +111,12 @@ class LeaseSlice:
         Raises UNAVAILABLE when Redis cannot be reached."""
         need = {str(amounts[i]): int(amounts[i + 1]) for i in range(0, len(amounts), 2)
                 if int(amounts[i + 1])}
-        if (self.stopped is not None or self.closed or time.monotonic() < self._retry_at
+        if (self.stopped is not None or self.closed
                 or any(d not in self.want or a > self.want[d] for d, a in need.items())):
             return False, [], []  # a call larger than a slice takes a strict reserve
+        if time.monotonic() < self._retry_at and all(
+                a >= self._refused.get(d, 0) for d, a in need.items()):
+            return False, [], []  # a slice for as much was refused a moment ago
         with self._flush_lock:
             with self._lock:
                 if self.inflight:  # calls in flight hold the old slice: no refill now
@@ -120,7 +127,7 @@ class LeaseSlice:
             if old is not None or batch.nodes:
                 ops.append(self.leases.flush_op(self.path, old or "", batch, give_back=True))
             new_id = SLICE_PREFIX + secrets.token_hex(12)
-            ops.append(self.leases.take_op(self.path, new_id, {
+            ops.append(self.leases.take_op(self.path, new_id, self.owner, self.owner_ms, {
                 dim: (amount, need.get(dim, 0)) for dim, amount in self.want.items()}))
             try:
                 results = self.leases.take_and_flush(ops)
@@ -138,7 +145,7 @@ class LeaseSlice:
                 raise results[-1]
             taken = decode_take(results[-1])
             if isinstance(taken, NotTaken):
-                self._retry_at = time.monotonic() + RETRY_TAKE_S
+                self._retry_at, self._refused = time.monotonic() + RETRY_TAKE_S, need
                 return False, [], stops
             self.coord.observe_redis_time(taken.now_ms)
             self.leases.wire.track(new_id, self.path.root)

@@ -19,8 +19,8 @@ from .wire import Op
 SLICE_PREFIX = "slice:"
 """Slice ids start with it: a reaper tells a slice from a call's reservation by it."""
 SHARE_DIVISOR = 4
-"""A slice takes at most what remains / (SHARE_DIVISOR * (slices open + 1)) of a limited
-dimension, so that near a ceiling every process leasing gets a share."""
+"""A slice takes at most what remains / (SHARE_DIVISOR * lessees) of a limited dimension,
+so that near a ceiling every process asking gets a share."""
 
 
 def is_slice(reservation_id: str) -> bool:
@@ -85,12 +85,15 @@ class LeaseStore:
         keys.append(ks.slices(root))
         return keys
 
-    def take_op(self, path: Path, slice_id: str, want: Mapping[str, tuple[int, int]]) -> Op:
-        """The op taking a slice: ``want`` maps a dimension to (amount wanted, least)."""
+    def take_op(self, path: Path, slice_id: str, owner: str, owner_ms: int,
+                want: Mapping[str, tuple[int, int]]) -> Op:
+        """The op taking a slice for ``owner`` (counted among the tree's lessees for
+        ``owner_ms``): ``want`` maps a dimension to (amount wanted, least)."""
         ks, root = self.ks, path.root
-        keys = [ks.reservations(root), ks.leases(root), ks.slices(root),
+        keys = [ks.reservations(root), ks.leases(root), ks.slices(root), ks.lessees(root),
                 *(ks.ctx(root, cid) for cid in path.ids)]
-        args: list[Any] = [slice_id, self.store.lease_ms, ",".join(path.ids), SHARE_DIVISOR]
+        args: list[Any] = [slice_id, self.store.lease_ms, ",".join(path.ids), SHARE_DIVISOR,
+                           owner, owner_ms]
         for dim, (amount, least) in want.items():
             args += [dim, amount, least]
         return Op("lease_take", keys, args)
