@@ -121,6 +121,7 @@ def test_abort_ends_the_slice_and_halts(coord: Coordinator) -> None:
     check_tree(client, root.chain_id)
 
 
+@pytest.mark.slow
 def test_mixed_lease_and_strict_processes_keep_the_invariants(
         coord: Coordinator, redis_url: str) -> None:
     root = ExecutionContext(_cfg(2.0))
