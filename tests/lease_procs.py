@@ -18,7 +18,7 @@ def hold_slice(url: str, token: str, lease_ms: int, ready: Any) -> None:
         d = ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.01),
                               WrapOptions(cost_estimate_hint=0.01))
         assert d == Decision.ALLOW, d
-    from coordinator.context.lease import slice_of
+    from coordinator.context.lease_registry import slice_of
 
     lease = slice_of(ctx._state)
     assert lease is not None and lease.slice_id is not None

@@ -22,7 +22,7 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
-from coordinator.context.lease import slice_of
+from coordinator.context.lease_registry import slice_of
 from coordinator.core.keys import KeySpace
 from coordinator.errors import InvalidConfigError
 from tests import lease_procs, procs

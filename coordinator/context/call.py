@@ -30,7 +30,8 @@ from ..store.leases_store import LeaseStore, is_slice
 from ..store.records import ReservationRecord
 from ..store.tree import Held, Replayed, Stop
 from .cancellation import CancellationToken, CancelledByContext
-from .lease import LeaseSlice, slice_of
+from .lease import LeaseSlice
+from .lease_registry import slice_of
 from .state import ContextState
 
 log = logging.getLogger("coordinator")

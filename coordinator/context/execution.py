@@ -40,7 +40,7 @@ from ..shield.pipeline import ShieldPipeline, ToolCallContext
 from ..store.errors import UNAVAILABLE
 from .call import Outcome, active_call
 from .cancellation import CancellationToken
-from .lease import end_lease
+from .lease_registry import end_lease
 from .ledger import TokenLedger
 from .opening import attach_state, check_type, mint_token, open_state, token_state
 from .reading import active_limits, limit_error, load_snapshot, snapshot

@@ -8,12 +8,11 @@ slice's amounts not yet spent or promised to calls in flight cover its estimate.
 
 from __future__ import annotations
 
-import atexit
 import json
+import os
 import secrets
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +23,6 @@ from ..store.errors import UNAVAILABLE
 from ..store.leases_store import SLICE_PREFIX, Batch, LeaseStore, NotTaken, decode_take
 from ..store.records import ReservationRecord
 from ..store.tree import Stop, decode_stops
-from .state import ContextState
 
 FLUSH_AFTER_S = 0.05
 """A batch is written at most this long after its first call finished..."""
@@ -50,6 +48,7 @@ class LeaseSlice:
                                      "steps": policy.steps}
         if policy.tokens is not None:
             self.want.update(tin=policy.tokens, tout=policy.tokens)
+        self.pid = os.getpid()
         self.owner = secrets.token_hex(8)
         self.owner_ms = 2 * policy.max_age_ms + 1000
         """How long this owner counts among the tree's lessees after asking."""
@@ -263,52 +262,3 @@ class LeaseSlice:
 
 def _stops(path: Path, reply: Any) -> list[Stop]:
     return decode_stops(path, reply) if reply and int(reply[0]) == 1 else []
-
-
-# -- which handle has a slice --------------------------------------------------------------
-
-_slices: weakref.WeakKeyDictionary[ContextState, LeaseSlice] = weakref.WeakKeyDictionary()
-_live: weakref.WeakSet[LeaseSlice] = weakref.WeakSet()
-_slices_lock = threading.Lock()
-_atexit_registered = False
-
-
-def slice_of(state: ContextState) -> LeaseSlice | None:
-    """The slice of a handle in lease mode (made on its first call); None in strict mode
-    (no lease policy, or keyed call ids, whose replays need a reservation per call)."""
-    policy = state.config.lease
-    if policy is None or state.call_seq is not None:
-        return None
-    found = _slices.get(state)
-    if found is not None:
-        return found
-    with _slices_lock:
-        found = _slices.get(state)
-        if found is None:
-            found = LeaseSlice(state.coord, state.path, policy)
-            global _atexit_registered
-            if not _atexit_registered:
-                atexit.register(_give_back_all)
-                _atexit_registered = True
-            _slices[state] = found
-            _live.add(found)
-            state.coord.register(found)  # stops broadcast reach the slice too
-    return found
-
-
-def end_lease(state: ContextState) -> None:
-    """Give back the slice of a handle that closes or detaches (no-op in strict mode)."""
-    with _slices_lock:
-        found = _slices.pop(state, None)
-    if found is not None:
-        found.close()
-        state.coord.unregister(found)
-
-
-def _give_back_all() -> None:
-    """At exit: every slice of this process goes back (its spend written)."""
-    for lease in list(_live):
-        try:
-            lease.close()
-        except Exception:  # noqa: BLE001 - exiting: the lease expiry reclaims the rest
-            pass
