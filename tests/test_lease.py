@@ -51,6 +51,8 @@ def test_policy_is_validated_and_inherited(coord: Coordinator) -> None:
     with ExecutionContext(_cfg(1.0, policy)) as root:
         assert root.spawn_child().config.lease == policy
         assert root.spawn_child(lease=False).config.lease is None
+        with pytest.raises(TypeError):
+            root.spawn_child(lease="yes")  # type: ignore[arg-type]
         other = LeasePolicy(usd=0.01)
         assert root.spawn_child(lease=other).config.lease == other
         # a process attaching by token reads the policy recorded with the context
@@ -228,3 +230,60 @@ def test_eight_processes_share_the_last_ten_cents(coord: Coordinator, redis_url:
     root.close()
     used = check_tree(coord.client, root.chain_id)
     assert used == 1_000_000
+
+
+def test_threads_failures_and_async_calls_share_one_slice(coord: Coordinator) -> None:
+    import asyncio
+    import threading
+
+    client = coord.client
+    root = ExecutionContext(_cfg(50.0, LeasePolicy(usd=0.5, steps=64)))
+    counts = {"ok": 0, "retry": 0}
+    lock = threading.Lock()
+
+    def worker(seed: int) -> None:
+        for i in range(150):
+            fail = (i + seed) % 10 == 0
+
+            def body() -> None:
+                report_usage(cost_usd=0.001)
+                if fail:
+                    raise RuntimeError("provider 500")
+
+            d = root.wrap_llm_call(body, WrapOptions(cost_estimate_hint=0.002))
+            with lock:
+                counts["ok" if d == Decision.ALLOW else "retry"] += 1
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    async def spend() -> None:
+        report_usage(cost_usd=0.001)
+
+    assert asyncio.run(root.awrap_llm_call(spend, WrapOptions(cost_estimate_hint=0.002))) \
+        == Decision.ALLOW
+    assert counts == {"ok": 540, "retry": 60}
+    root.close()
+    h = _hash(client, root.chain_id, root.chain_id)
+    assert h["u:steps"] == 541 and h["u:retries"] == 60 and h["u:usd"] == 601 * 1000
+    check_tree(client, root.chain_id)
+
+
+def test_a_timeout_ends_the_slice(coord: Coordinator) -> None:
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=10**6, max_retries_total=10,
+                             timeout_ms=300, lease=LeasePolicy(usd=0.5))
+    root = ExecutionContext(config)
+    served = 0
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        if root.wrap_llm_call(lambda: time.sleep(0.001),
+                              WrapOptions(cost_estimate_hint=0.0001)) != Decision.ALLOW:
+            break
+        served += 1
+    assert served > 10 and root.stop_reason == "timeout"
+    assert root.wrap_llm_call(lambda: None) == Decision.HALT
+    root.close()
+    check_tree(coord.client, root.chain_id)

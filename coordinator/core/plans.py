@@ -72,6 +72,8 @@ def child_plan(parent: ExecutionConfig, max_cost_usd: float | None, max_steps: i
     """The plan of opening a child of a context configured ``parent`` (see spawn_child),
     cached like :func:`open_plan` unless a deadline is given (it is checked against the
     clock). ``lease``: None inherits the parent's lease policy, False opts out."""
+    if lease is not None and not isinstance(lease, (bool, LeasePolicy)):
+        raise TypeError(f"lease must be a LeasePolicy, False or None; got {lease!r}")
     args = (parent, max_cost_usd, max_steps, max_retries_total, timeout_ms, token_budget,
             lease)
     if deadline is None:
