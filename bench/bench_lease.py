@@ -237,13 +237,24 @@ def strict_breakdown(url: str, n: int) -> None:
     for rid in ids[n:]:
         store.finish(path, rid, outcome="ok", node=None, amounts=spent, write_behind=False)
     marks.append((usec(), _main_cpu_us(client)))
-    per = [2 * n, n, n]
+    from coordinator.store.scripts import prelude, script_source
+
+    lib_only = client.register_script(script_source("renew").split("-- renew.lua")[0] +
+                                      "return 1")
+    bare = client.register_script("return 1")
+    assert prelude() in lib_only.script
+    for script in (lib_only, bare):
+        for _ in range(n):
+            script()
+        marks.append((usec(), _main_cpu_us(client)))
+    per = [2 * n, n, n, n, n]
     rows = [((marks[i + 1][0] - marks[i][0]) / per[i], (marks[i + 1][1] - marks[i][1]) / per[i])
-            for i in range(3)]
+            for i in range(5)]
     print(f"\n3. strict mode, where Redis time goes ({n}+ of each alone, depth 1; EVALSHA "
           "usec / main thread CPU, us per op)")
-    for name, (us, cpu) in zip(("reserve", "settle + node record", "settle, no node record"),
-                               rows, strict=True):
+    names = ("reserve", "settle + node record", "settle, no node record",
+             "prelude + lib.lua only", "bare 'return 1'")
+    for name, (us, cpu) in zip(names, rows, strict=True):
         print(f"  {name:24s} {us:7.2f} {cpu:7.2f}")
     print(f"  the node record's XADD: {rows[1][0] - rows[2][0]:.2f} / "
           f"{rows[1][1] - rows[2][1]:.2f}; a call without tokens writes no ledger event and "
