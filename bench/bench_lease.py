@@ -91,11 +91,19 @@ def one_process(url: str, calls: int) -> None:
     mean = {k: statistics.fmean(v) for k, v in samples.items()}
     client = redis.Redis.from_url(url)
     server = {k: server_us(client, fn, min(calls, 2000), drain) for k, fn in variants.items()}
-    print(f"\n1. one process, {calls} interleaved calls of each (us/call; Redis main "
-          "thread CPU per call from INFO cpu, flushes and refills included)")
-    print(f"  {'':12s} {'median':>8s} {'mean':>8s} {'Redis CPU':>10s}")
+    scripts = {k: _evalsha_us(client, fn, min(calls, 2000), drain)
+               for k, fn in variants.items()}
+    print(f"\n1. one process, {calls} interleaved calls of each (us/call; Redis per call, "
+          "each variant alone, flushes and refills included: main thread CPU from INFO "
+          "cpu, EVALSHA usec from INFO commandstats)")
+    print(f"  {'':12s} {'median':>8s} {'mean':>8s} {'Redis CPU':>10s} {'EVALSHA':>8s}")
     for name in variants:
-        print(f"  {name:12s} {med[name]:8.1f} {mean[name]:8.1f} {server[name]:10.2f}")
+        print(f"  {name:12s} {med[name]:8.1f} {mean[name]:8.1f} {server[name]:10.2f} "
+              f"{scripts[name]:8.2f}")
+    for depth in ("d1", "d8"):
+        a, b = f"lease {depth}", f"strict {depth}"
+        print(f"  Redis per call, lease / strict at {depth}: CPU {server[a] / server[b]:.3f}, "
+              f"EVALSHA usec {scripts[a] / scripts[b]:.3f} (target <= 0.1)")
     for depth in ("d1", "d8"):
         a, b = f"lease {depth}", f"veronica {depth}"
         print(f"  lease / veronica at {depth}: median {med[a] / med[b]:.2f}, mean "
@@ -103,6 +111,17 @@ def one_process(url: str, calls: int) -> None:
     for ctx in (lease_deep, strict_deep, lease_root, strict_root):
         ctx.close()
     coord.close()
+
+
+def _evalsha_us(client: redis.Redis, fn: Callable[[], object], n: int,
+                drain: Callable[[], object]) -> float:
+    """EVALSHA usec (INFO commandstats) per call of ``fn`` over ``n`` calls."""
+    drain()
+    before = _commandstats_usec(client)[0]
+    for _ in range(n):
+        fn()
+    drain()
+    return (_commandstats_usec(client)[0] - before) / n
 
 
 # -- 2. eight processes ------------------------------------------------------------------
