@@ -13,6 +13,10 @@ from .context.ledger import LedgerReservation, TokenLedger
 from .context.streaming import ametered_stream, metered_stream
 from .core.pricing import model_price, set_price
 from .core.usage import report_usage
+from .data.branches import merge_children, run_parallel
+from .data.context_data import ContextData
+from .data.exposure import current_data_view
+from .data.model import ExposurePolicy, IsolationLevel, MergePolicy, MergeResult
 from .errors import (
     DeadlineExceededError,
     PromptEvaluationError,
@@ -46,6 +50,7 @@ __all__ = [
     "CancelledByContext",
     "ChainMetadata",
     "CircuitBreaker",
+    "ContextData",
     "ContextSnapshot",
     "Coordinator",
     "DeadlineExceededError",
@@ -54,7 +59,11 @@ __all__ = [
     "ExecutionConfig",
     "LeasePolicy",
     "ExecutionContext",
+    "ExposurePolicy",
+    "IsolationLevel",
     "LedgerReservation",
+    "MergePolicy",
+    "MergeResult",
     "NodeRecord",
     "PolicyContext",
     "PolicyDecision",
@@ -70,9 +79,12 @@ __all__ = [
     "ametered_stream",
     "current_cancellation_token",
     "current_context",
+    "current_data_view",
     "current_limits",
+    "merge_children",
     "metered_stream",
     "model_price",
     "report_usage",
+    "run_parallel",
     "set_price",
 ]

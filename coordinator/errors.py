@@ -3,6 +3,7 @@ wrong and the value observed."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 
@@ -19,6 +20,17 @@ class InvalidCostError(BudgetCoordinatorError, ValueError):
         self.value = value
         super().__init__(f"{field} must be a finite, non-negative number no larger than a "
                          f"real call's (tokens: whole numbers); got {value!r}")
+
+
+class FrozenModelError(BudgetCoordinatorError, dataclasses.FrozenInstanceError):
+    """A field of a frozen model (ExecutionConfig, ChainMetadata, SafetyEvent, ...) was
+    assigned or deleted. It is the ``dataclasses.FrozenInstanceError`` (an
+    ``AttributeError``) that the specifications' frozen dataclasses raise."""
+
+    def __init__(self, model: str, field: str) -> None:
+        self.model = model
+        self.field = field
+        super().__init__(f"cannot assign to field {field!r}: {model} is frozen")
 
 
 class ContextNotFoundError(BudgetCoordinatorError, LookupError):
@@ -54,7 +66,12 @@ class TokenError(BudgetCoordinatorError, ValueError):
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-        super().__init__(f"context token rejected: {reason}")
+        # args holds the reason alone: an error rebuilt from its args (unpickled, or by a
+        # Celery result backend) does not repeat the prefix.
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        return f"context token rejected: {self.reason}"
 
 
 class TokenMalformedError(TokenError):
@@ -72,6 +89,7 @@ class TokenTooLargeError(TokenError):
         self.size = size
         self.cap = cap
         super().__init__(f"{size} bytes exceeds the {cap}-byte cap")
+        self.args = (size, cap)
 
 
 class TokenVersionError(TokenError):
@@ -139,11 +157,15 @@ class InvalidConfigError(PromptEvaluationError, ValueError):
         self.model = model
         self.problems = problems
         details = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ())) or '<model>'}: {e.get('msg')}"
-            f" (got {e.get('input')!r})"
+            f"{'.'.join(str(p) for p in e.get('loc', ())) or '<model>'}: "
+            + ("required" if e.get("type") == "missing" else
+               f"{e.get('msg')} (got {e.get('input')!r})")
             for e in problems
         )
         super().__init__(f"invalid {model}: {details}", phase="preflight")
+        # the message a person reads leaves out the specification's phase name (kept in
+        # .phase): "invalid ExecutionConfig: max_steps: required"
+        self.args = (f"invalid {model}: {details}",)
 
 
 class DeadlineExceededError(RuntimeError):

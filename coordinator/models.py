@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import InvalidConfigError
+from .errors import FrozenModelError, InvalidConfigError
 
 
 class _Frozen(BaseModel):
@@ -37,6 +37,14 @@ class _Frozen(BaseModel):
         except ValidationError as exc:
             problems = [dict(e) for e in exc.errors(include_url=False, include_context=False)]
             raise InvalidConfigError(type(self).__name__, problems) from None
+
+    # The specifications' models are frozen dataclasses, whose mutation raises
+    # dataclasses.FrozenInstanceError (an AttributeError): code written for them catches it.
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenModelError(type(self).__name__, name)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenModelError(type(self).__name__, name)
 
 
 class Decision(str, Enum):
@@ -243,12 +251,25 @@ class ChainMetadata(_Frozen):
     """Primary model name, if known."""
     tags: dict[str, str] = Field(default_factory=dict)
     """Arbitrary key/value labels (at most 64, each key and value at most 256 characters)."""
+    plan_id: str | None = Field(default=None, max_length=MAX_LABEL)
+    """The plan this chain executes (CCOS ``HostPlanContext``), for the causal chain."""
+    intent_ids: tuple[str, ...] = Field(default=(), max_length=64)
+    """The intents the plan serves (CCOS ``HostPlanContext``)."""
+    parent_action_id: str | None = Field(default=None, max_length=MAX_LABEL)
+    """The causal-chain action that started this chain (CCOS ``HostPlanContext``)."""
 
     @field_validator("chain_id", "request_id")
     @classmethod
     def _id(cls, v: str) -> str:
         if not v or len(v) > 128 or any(c in v for c in ",{}\x00") or not v.isprintable():
             raise ValueError("ids must be 1-128 printable characters without , { }")
+        return v
+
+    @field_validator("intent_ids")
+    @classmethod
+    def _intents(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(len(x) > MAX_LABEL for x in v):
+            raise ValueError(f"intent ids must be at most {MAX_LABEL} characters")
         return v
 
     @field_validator("tags")
@@ -280,6 +301,9 @@ class WrapOptions(_Frozen):
     """Projected input tokens, reserved before the call."""
     max_output_tokens: int | None = None
     """The call's ``max_tokens``: output tokens reserved before the call (worst case)."""
+    tags: tuple[str, ...] = Field(default=(), max_length=64)
+    """Tags the tool declares (e.g. ``needs-context``): an ``ExposurePolicy`` may let
+    tools with a tag see the context data."""
 
     @field_validator("cost_estimate_hint", mode="before")
     @classmethod
@@ -302,6 +326,13 @@ class WrapOptions(_Frozen):
     def _provider(cls, v: Any) -> Any:
         return v if v is None else check_slug(v)
 
+    @field_validator("tags")
+    @classmethod
+    def _capability_tags(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(len(t) > MAX_LABEL for t in v):
+            raise ValueError(f"tags must be at most {MAX_LABEL} characters")
+        return v
+
 
 class SafetyEvent(_Frozen):
     """A normalized incident record: a chain-level stop or a pipeline decision."""
@@ -322,7 +353,7 @@ class SafetyEvent(_Frozen):
     """Structured details (level, limit, observed value, ...)."""
 
 
-NodeKind = Literal["llm", "tool"]
+NodeKind = Literal["llm", "tool", "charge"]
 NodeStatus = Literal["ok", "halted", "aborted", "timeout", "error", "lost"]
 
 
@@ -334,7 +365,8 @@ class NodeRecord(_Frozen):
     parent_id: str | None = None
     """The node that was running in this process when this one started, if any."""
     kind: NodeKind
-    """``llm`` or ``tool``."""
+    """``llm`` or ``tool``; ``charge`` for a cost charged without a call
+    (``ExecutionContext.propagate_child_cost``)."""
     operation_name: str = ""
     """From ``WrapOptions.operation_name``."""
     start_ts: datetime
@@ -355,6 +387,11 @@ class NodeRecord(_Frozen):
     """Provider slug, if known."""
     model: str | None = None
     """Model, if known."""
+    stop_reason: str | None = None
+    """Why the call was refused before it ran (a stop reason such as ``budget_exceeded``),
+    for calls refused by a limit or a stop; the chain's events record each reason once."""
+    stop_detail: str = ""
+    """The refusal's detail (the limit and the amount that did not fit)."""
 
 
 class TokenTotals(_Frozen):

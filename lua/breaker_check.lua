@@ -1,33 +1,54 @@
 -- breaker_check.lua: may a call go to a provider whose circuit breaker is shared by every
--- process naming it? Takes the single HALF_OPEN probe when the recovery timeout has passed.
+-- process naming it? Takes the single HALF_OPEN probe when the recovery timeout has passed,
+-- and renews the liveness lease of a probe while its holder runs it.
 --
 -- KEYS[1]  bc:{brk:<name>}:state  hash  state (CLOSED | OPEN | HALF_OPEN; absent = CLOSED),
 --                                       failures, opened_ms, probe (holder id), probe_until
--- ARGV[1]  'check' (may take the probe) or 'peek' (read only)
--- ARGV[2]  recovery timeout in ms (also how long a probe may stay unresolved)
+--                                       (its lease), past (holders whose lease lapsed, comma
+--                                       separated: their outcome still counts)
+-- ARGV[1]  'check' (may take the probe), 'peek' (read only) or 'renew' (extend the lease of
+--          the probe ARGV[3] holds)
+-- ARGV[2]  recovery timeout in ms (how long the breaker stays OPEN)
 -- ARGV[3]  holder id for the probe (fresh per check; ignored by 'peek')
 -- ARGV[4]  idle ttl in ms of the state hash
+-- ARGV[5]  probe lease in ms: a probe whose holder stops renewing it (it died) is handed to
+--          the next caller once its lease has run out
 --
 -- Returns {allowed 0|1, state, failures, took_probe 0|1, wait_ms}. With 'peek', a free
--- probe reads as {1, 'HALF_OPEN', ...} without being taken.
+-- probe reads as {1, 'HALF_OPEN', ...} without being taken. With 'renew', allowed is 1
+-- when ARGV[3] still holds the probe (its lease is extended) and 0 otherwise.
 
 local now = now_ms()
 local h = redis.call('HMGET', KEYS[1], 'state', 'failures', 'opened_ms', 'probe',
-                     'probe_until')
+                     'probe_until', 'past')
 local state = h[1] or 'CLOSED'
 local failures = tonumber(h[2] or '0')
 local recovery = tonumber(ARGV[2])
+local lease = tonumber(ARGV[5])
 
+if ARGV[1] == 'renew' then
+  if state ~= 'HALF_OPEN' or h[4] ~= ARGV[3] then return {0, state, failures, 0, 0} end
+  redis.call('HSET', KEYS[1], 'probe_until', now + lease)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {1, state, failures, 1, 0}
+end
 if state == 'CLOSED' then return {1, 'CLOSED', failures, 0, 0} end
 if state == 'OPEN' then
   local ready = tonumber(h[3]) + recovery
   if now < ready then return {0, 'OPEN', failures, 0, ready - now} end
 elseif h[4] and tonumber(h[5]) > now then
-  -- HALF_OPEN and another caller's probe is unresolved (and its holder not presumed dead)
+  -- HALF_OPEN and another caller's probe is unresolved (its holder renews its lease)
   return {0, 'HALF_OPEN', failures, 0, tonumber(h[5]) - now}
 end
 if ARGV[1] == 'peek' then return {1, 'HALF_OPEN', failures, 0, 0} end
+local past = h[6]
+if state == 'HALF_OPEN' and h[4] then
+  -- The holder's lease lapsed: the probe passes on, and its outcome, if it ever comes,
+  -- still counts.
+  past = (past and (past .. ',') or '') .. h[4]
+  redis.call('HSET', KEYS[1], 'past', past)
+end
 redis.call('HSET', KEYS[1], 'state', 'HALF_OPEN', 'probe', ARGV[3],
-           'probe_until', now + recovery)
+           'probe_until', now + lease)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1, 'HALF_OPEN', failures, 1, 0}

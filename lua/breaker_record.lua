@@ -6,21 +6,30 @@
 -- ARGV[3]  probe holder id this caller took with breaker_check ('' if none)
 -- ARGV[4]  idle ttl in ms of the state hash
 --
--- Success of the probe closes the breaker for everyone; its failure re-opens it (a new
--- recovery timeout). In CLOSED, a success resets the consecutive-failure count and a
--- failure adds one. Outcomes of calls dispatched before the breaker opened (not the probe)
--- change nothing while it is OPEN or HALF_OPEN.
+-- A probe's outcome counts while the breaker is HALF_OPEN, even when its lease lapsed and
+-- the probe passed to another caller: its success closes the breaker for everyone, its
+-- failure re-opens it (a new recovery timeout). In CLOSED, a success resets the
+-- consecutive-failure count and a failure adds one. Outcomes of calls dispatched before
+-- the breaker opened (not a probe) change nothing while it is OPEN or HALF_OPEN.
 -- Returns {state, failures} after the update.
 
 local now = now_ms()
-local h = redis.call('HMGET', KEYS[1], 'state', 'failures', 'probe')
+local h = redis.call('HMGET', KEYS[1], 'state', 'failures', 'probe', 'past')
 local state = h[1] or 'CLOSED'
 local failures = tonumber(h[2] or '0')
-local is_probe = state == 'HALF_OPEN' and ARGV[3] ~= '' and h[3] == ARGV[3]
+local holder = ARGV[3]
+local current = state == 'HALF_OPEN' and holder ~= '' and h[3] == holder
+local lapsed = false
+if state == 'HALF_OPEN' and holder ~= '' and h[4] then
+  for past in string.gmatch(h[4], '[^,]+') do
+    if past == holder then lapsed = true end
+  end
+end
+local is_probe = current or lapsed
 local outcome = ARGV[1]
 
 if outcome == 'release' then
-  if is_probe then redis.call('HDEL', KEYS[1], 'probe', 'probe_until') end
+  if current then redis.call('HDEL', KEYS[1], 'probe', 'probe_until') end
   return {state, failures}
 end
 if outcome == 'success' then
@@ -33,7 +42,7 @@ if outcome == 'success' then
 end
 if is_probe then
   redis.call('HSET', KEYS[1], 'state', 'OPEN', 'opened_ms', now)
-  redis.call('HDEL', KEYS[1], 'probe', 'probe_until')
+  redis.call('HDEL', KEYS[1], 'probe', 'probe_until', 'past')
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return {'OPEN', failures}
 end

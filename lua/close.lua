@@ -3,8 +3,10 @@
 -- KEYS[1]     bc:{R}:ctx:<id>     hash    the context
 -- KEYS[2]     bc:{R}:nodes:<id>   stream  its node records
 -- KEYS[3]     bc:{R}:events:<id>  stream  its SafetyEvents (the summary is appended here)
--- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>; for a root also
---             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done
+-- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>, its context data
+--             (bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id>); for a root also
+--             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done, bc:{R}:checkpoints,
+--             bc:{R}:chain
 -- ARGV[1]     retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
@@ -25,6 +27,9 @@ if status == 'running' then
   redis.call('HSET', KEYS[1], 'status', 'closed', 'reason', 'closed', 'closed_ms', now)
   status = 'closed'
 end
+-- A stopped context keeps its status; closed_ms marks it closed all the same (writes to
+-- its context data are refused from then on: data_lib.lua).
+redis.call('HSETNX', KEYS[1], 'closed_ms', now)
 
 local function n(field) return tonumber(h[field] or '0') end
 local function tokens(prefix)

@@ -36,20 +36,29 @@ local function reason_for(dim)
   return REASONS[dim] or 'token_budget_exceeded'
 end
 
+-- An amount of dimension d as a person reads it: usd (micro-USD) in dollars ($0.021203,
+-- $0.60), every other dimension as the integer it is. Used in stop and refusal details,
+-- which SafetyEvents and budgetctl show.
+local function amount_text(d, n)
+  if d ~= 'usd' then return tostring(n) end
+  local s = string.format('%.6f', n / 1000000)
+  return '$' .. (string.gsub(s, '(%.%d%d%d-)0+$', '%1'))
+end
+
 local function split(csv)
   local out = {}
   for part in string.gmatch(csv, '[^,]+') do out[#out + 1] = part end
   return out
 end
 
--- Marks a running context stopped, appends the SafetyEvent to its event stream and
--- broadcasts the stop. Returns true if this call stopped it. The channel is a pub/sub
--- channel, not a key.
+-- Marks a running context stopped, appends the SafetyEvent to its event stream (marking
+-- the reason recorded: ev:<reason>, see event_once.lua) and broadcasts the stop. Returns
+-- true if this call stopped it. The channel is a pub/sub channel, not a key.
 local function stop_level(key, events_key, id, root, channel, reason, detail, now)
   local v = redis.call('HMGET', key, 'status', 'request_id')
   if v[1] ~= 'running' then return false end
   redis.call('HSET', key, 'status', 'stopped', 'reason', reason, 'detail', detail,
-             'stopped_ms', now)
+             'stopped_ms', now, 'ev:' .. reason, 1)
   local event = cjson.encode({event_type = reason, decision = 'HALT', reason = detail,
                               hook = HOOK, request_id = v[2], ts = now,
                               metadata = {chain_id = id}})
@@ -164,7 +173,8 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
         set[#set + 1] = fields[3 * j - 1]
         set[#set + 1] = used[d]
         if hit == nil and limit and used[d] >= limit then
-          hit = {d, 'dimension ' .. d .. ' at ' .. used[d] .. ' reached its limit ' .. limit}
+          hit = {d, 'dimension ' .. d .. ' at ' .. amount_text(d, used[d]) ..
+                 ' reached its limit ' .. amount_text(d, limit)}
         end
       end
     end

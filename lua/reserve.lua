@@ -66,12 +66,13 @@ for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
 -- amount: for good (a stop) when used already reached the limit.
 local function refuse(lv, key, events_key, d, limit, used, held, amount)
   if used >= limit then
-    local detail = d .. ' ' .. used .. ' reached limit ' .. limit
+    local detail = d .. ' ' .. amount_text(d, used) .. ' reached limit ' .. amount_text(d, limit)
     stop_level(key, events_key, ids[lv], root, channel, reason_for(d), detail, now)
     return {0, lv, reason_for(d), detail, 1, now}
   end
-  local detail = d .. ' needs ' .. amount .. ', ' .. (limit - used - held) ..
-                 ' of ' .. limit .. ' left (' .. held .. ' held by calls in flight)'
+  local detail = d .. ' needs ' .. amount_text(d, amount) .. ', ' ..
+                 amount_text(d, limit - used - held) .. ' of ' .. amount_text(d, limit) ..
+                 ' left (' .. amount_text(d, held) .. ' held by calls in flight)'
   return {0, lv, reason_for(d), detail, 0, now}
 end
 

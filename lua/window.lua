@@ -9,7 +9,8 @@
 -- ARGV[2]  window length in ms; an entry counts while now - score < window
 -- ARGV[3]  call id
 -- admit:
---   ARGV[4]  max calls (0 = no call limit)   ARGV[5]  calls above which it degrades
+--   ARGV[4]  max calls (0 = no call limit)
+--   ARGV[5]  calls already in the window (before this one) from which it degrades
 --   ARGV[6]  max micro-USD (0 = none)         ARGV[7]  micro-USD above which it degrades
 --   ARGV[8]  the call's estimate in micro-USD (held in the window until charged)
 -- charge:
@@ -82,7 +83,9 @@ if not redis.call('ZSCORE', KEYS[1], member) then
   save()
 end
 local code = 0
-if (max_calls > 0 and calls > degrade_calls) or (max_usd > 0 and usd > degrade_usd) then
+-- Calls: judged on the calls made before this one (the reference's rule), so a call
+-- never degrades itself. USD: on the window with this call's estimate held.
+if (max_calls > 0 and calls - 1 >= degrade_calls) or (max_usd > 0 and usd > degrade_usd) then
   code = 1
 end
 return {code, calls, usd, now, 0}

@@ -32,7 +32,7 @@ def check_tree(client: redis.Redis, root: str, ks: KeySpace | None = None) -> in
         for _, fields in client.xrange(ks.nodes(root, ctx_id)):
             n = json.loads(fields[b"n"] if b"n" in fields else fields["n"])
             cost += round(n.get("cost_usd", 0.0) * 1_000_000)
-            steps += n["status"] in ("ok", "lost")
+            steps += n["status"] in ("ok", "lost") and n["kind"] != "charge"  # no step
             retries += n.get("retries_used", 0)
         node_cost[ctx_id], node_steps[ctx_id], node_retries[ctx_id] = cost, steps, retries
     for ctx_id in node_cost:

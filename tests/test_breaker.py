@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import signal
 import time
 from typing import Any
 
@@ -69,7 +70,97 @@ def take_probe_and_die(url: str, recovery_s: float) -> None:
     os._exit(0)
 
 
+def hold_probe(url: str, lease_s: float, ready: Any, go: Any, done: Any) -> None:
+    """Take the HALF_OPEN probe and run it until told to report its failure (the test may
+    SIGKILL or SIGSTOP this process meanwhile)."""
+    coord = Coordinator.from_url(url)
+    b = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.2,
+                       probe_lease_s=lease_s, coordinator=coord)
+    assert b.check().allowed  # the probe
+    ready.set()
+    go.wait()
+    b.record_failure()
+    done.set()
+    coord.close()
+
+
+def _stored_state(coord: Coordinator, b: CircuitBreaker) -> str:
+    """The state as last written (an OPEN breaker's recovery timeout may pass before a
+    busy test machine reads ``state``, which then says HALF_OPEN)."""
+    return str(coord.client.hget(b.key, "state") or "CLOSED")
+
+
+def _half_open(coord: Coordinator, lease_s: float) -> CircuitBreaker:
+    """A breaker opened by one failure and HALF_OPEN now (its recovery timeout: 0.2 s)."""
+    b = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.2,
+                       probe_lease_s=lease_s, coordinator=coord)
+    assert b.check().allowed
+    b.record_failure()
+    _wait_for(lambda: b.state == BreakerState.HALF_OPEN)
+    return b
+
+
 # -- tests -------------------------------------------------------------------------------
+
+
+def test_a_probe_running_longer_than_the_recovery_timeout_keeps_it(coord: Coordinator) -> None:
+    """The probe is held until its holder reports (its lease is renewed meanwhile): no
+    second caller gets through, and the probe's late failure opens the breaker again."""
+    b = _half_open(coord, lease_s=1.0)  # renewed every 1/3 s
+    other = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.2,
+                           probe_lease_s=1.0, coordinator=coord)
+    assert b.check().allowed  # the probe, for a call 15 recovery timeouts, 3 leases long
+    for _ in range(10):
+        time.sleep(0.3)
+        refused = other.check()
+        assert not refused.allowed and "HALF_OPEN" in refused.reason
+    b.record_failure()
+    assert _stored_state(coord, b) == "OPEN"
+    _wait_for(lambda: b.state == BreakerState.HALF_OPEN)
+    assert other.check().allowed  # a new probe, 3 s long, that succeeds
+    time.sleep(3.0)
+    assert not b.check().allowed
+    other.record_success()
+    assert b.state == BreakerState.CLOSED
+
+
+def test_a_killed_probe_holder_frees_the_probe_after_its_lease(
+        coord: Coordinator, redis_url: str) -> None:
+    b = _half_open(coord, lease_s=1.0)
+    ready, go, done = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
+    p = SPAWN.Process(target=hold_probe, args=(redis_url, 1.0, ready, go, done))
+    p.start()
+    assert ready.wait(60)
+    time.sleep(3.0)  # three leases: the holder's process renews its lease
+    assert not b.check().allowed
+    p.kill()  # SIGKILL: nobody renews the lease any more
+    p.join(30)
+    _wait_for(lambda: b.check().allowed, timeout=10)  # the probe passed to us
+    b.record_success()
+    assert b.state == BreakerState.CLOSED
+
+
+def test_a_lapsed_probes_failure_still_counts(coord: Coordinator, redis_url: str) -> None:
+    """A holder paused past its lease (SIGSTOP) loses the probe to another caller, but the
+    failure it reports when it resumes still opens the breaker."""
+    b = _half_open(coord, lease_s=0.3)
+    ready, go, done = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
+    p = SPAWN.Process(target=hold_probe, args=(redis_url, 0.3, ready, go, done))
+    p.start()
+    assert ready.wait(60)
+    assert p.pid is not None
+    os.kill(p.pid, signal.SIGSTOP)
+    try:
+        _wait_for(lambda: b.check().allowed, timeout=10)  # its lease lapsed: ours now
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+    go.set()
+    assert done.wait(60)
+    p.join(30)
+    assert p.exitcode == 0
+    assert _stored_state(coord, b) == "OPEN"  # the paused probe failed: OPEN again
+    b.record_success()  # our probe's success arrives after that: it changes nothing
+    assert _stored_state(coord, b) == "OPEN"
 
 
 def test_four_processes_see_it_open_together_and_exactly_one_probe(redis_url: str) -> None:
@@ -179,6 +270,8 @@ def test_idle_closed_breaker_leaves_no_key_and_open_one_expires(coord: Coordinat
     ({"failure_threshold": 2.5}, "failure_threshold"),
     ({"recovery_timeout_s": 0}, "recovery_timeout_s"),
     ({"recovery_timeout_s": float("nan")}, "recovery_timeout_s"),
+    ({"probe_lease_s": 0.01}, "probe_lease_s"),
+    ({"probe_lease_s": True}, "probe_lease_s"),
     ({"name": "a{b}"}, "name"),
     ({"name": ""}, "name"),
 ])

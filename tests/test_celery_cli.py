@@ -52,7 +52,8 @@ def test_demo_on_a_shared_redis_exits_0_and_leaves_only_expiring_tree_keys(
     assert "ceiling reached" in out
     assert "the abort reached all 6 running sub-agents" in out
     assert "reserved now: $0.000000" in out
-    assert "orchestrator [" in out and "└── budgetctl.demo.sub_agent" in out
+    assert "orchestrator demo-" in out and "└── budgetctl.demo.sub_agent" in out
+    assert "micro-USD" not in out  # amounts are in dollars
     queue = next(w for w in out.split() if w.startswith("budgetctl-demo-"))
     assert _processes_mentioning(queue) == []  # every worker process is gone
     keys = client.keys("*")
@@ -85,6 +86,6 @@ def test_tree_and_abort_commands(own_redis: RedisServer,
     assert "already" in capsys.readouterr().out
 
     assert main(["--redis", own_redis.url, "tree", "no-such-context"]) == 1
-    assert "no execution context 'no-such-context'" in capsys.readouterr().err
+    assert "no context 'no-such-context'" in capsys.readouterr().err
     root.close()
     coord.close()

@@ -21,7 +21,7 @@ from kombu import Connection
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, WrapOptions
 from coordinator.context.cancellation import CancellationToken
 from coordinator.embedded import RedisServer
-from coordinator.errors import TokenMalformedError
+from coordinator.errors import TokenMalformedError, TokenSignatureError
 from tests.celery_app_harness import TOKEN_KEYS, Workers
 from worker import TaskStoppedError, install
 
@@ -224,6 +224,15 @@ def test_a_bad_token_fails_the_task_and_records_nothing(redis_cluster: Cluster) 
         res.get(timeout=30)
     assert redis_cluster.marks.llen("runs") == 0
     assert not redis_cluster.budget.keys(f"bc:where:{res.id}*")
+    # a tampered token: the TokenError the result backend hands back says it once
+    with redis_cluster.root() as root:
+        payload, sig = root.token.split(".")
+        forged = payload + "." + ("A" if sig[0] != "A" else "B") + sig[1:]
+    res = redis_cluster.sig("probe").apply_async(headers={"budget_context": forged})
+    with pytest.raises(TokenSignatureError) as info:
+        res.get(timeout=30)
+    assert str(info.value) == "context token rejected: signature mismatch"
+    assert redis_cluster.marks.llen("runs") == 0
 
 
 def test_a_task_queued_behind_a_stopped_context_never_runs(redis_cluster: Cluster) -> None:

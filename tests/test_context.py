@@ -143,7 +143,7 @@ def test_estimate_that_does_not_fit_is_refused_without_stopping(coord: Coordinat
                                  WrapOptions(cost_estimate_hint=0.05)) == Decision.ALLOW
         snap = ctx.get_snapshot()
         assert not snap.aborted and snap.events[0].event_type == "budget_exceeded"
-        assert "needs 200000" in snap.events[0].reason
+        assert "usd needs $0.20, $0.10 of $0.10 left" in snap.events[0].reason
 
 
 def test_underestimate_overshoots_once_then_halts(coord: Coordinator) -> None:
@@ -240,6 +240,30 @@ def test_pipeline_is_consulted_after_limits_in_spec_order(coord: Coordinator) ->
     assert log == ["a.before_llm_call:op", "fn", "a.before_charge:0.5",
                    "a.before_llm_call:op2", "a.on_error:provider 503",
                    "a.before_llm_call:op3", "a.before_charge:0.0"]  # op4: limits first
+
+
+class _HaltOnCharge:
+    def __init__(self) -> None:
+        self.charged: list[tuple[str, float]] = []
+
+    def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision:
+        self.charged.append(("before_charge", cost_usd))
+        return Decision.HALT
+
+    def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> None:
+        self.charged.append(("on_charge", cost_usd))
+
+
+def test_before_charge_judges_llm_calls_only(coord: Coordinator) -> None:
+    """The reference asks before_charge of LLM calls only: a tool call that ran (and was
+    charged) is not turned into a HALT; hooks learn its cost through on_charge."""
+    hook = _HaltOnCharge()
+    with ExecutionContext(config(), pipeline=ShieldPipeline(hook)) as ctx:
+        assert ctx.wrap_tool_call(lambda: report_usage(cost_usd=0.25)) == Decision.ALLOW
+        assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.5)) == Decision.HALT
+        snap = ctx.get_snapshot()
+    assert hook.charged == [("on_charge", 0.25), ("before_charge", 0.5)]
+    assert snap.cost_usd_accumulated == pytest.approx(0.75)  # both ran and were charged
 
 
 def test_pipeline_halt_skips_fn_and_is_mirrored(coord: Coordinator) -> None:

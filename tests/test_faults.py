@@ -15,6 +15,8 @@ from coordinator import (
     report_usage,
 )
 from coordinator.embedded import RedisServer
+from coordinator.errors import BackendUnavailableError
+from coordinator.store.charges import propagate
 from tests.invariants import check_tree
 
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=5)
@@ -98,3 +100,31 @@ def test_settle_is_idempotent(coord: Coordinator) -> None:
         assert stops == []
         assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(0.04)
         assert ctx.get_snapshot().step_count == 1
+
+
+def test_a_propagated_cost_survives_redis_being_down_and_counts_once(
+        own_redis: RedisServer) -> None:
+    coord = Coordinator.from_url(own_redis.url, token_keys={"k": b"0123456789abcdef0"})
+    try:
+        ctx = ExecutionContext(CONFIG, coordinator=coord)
+        own_redis.stop()
+        ctx.propagate_child_cost(0.20)  # queued: a late bill is never lost
+        own_redis.start()
+        assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(0.20)
+        # the same charge sent again (its first reply lost) changes nothing
+        node = {"node_id": "c1", "kind": "charge", "start_ts": 0, "end_ts": 0,
+                "status": "ok", "cost_usd": 0.05}
+        for _ in range(2):
+            assert propagate(coord.store, ctx._path, "c1", ["usd", 50_000], node) == []
+        assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(0.25)
+        # a context not opened yet has nowhere to queue the charge: a typed error
+        own_redis.stop()
+        unopened = ExecutionContext(CONFIG, coordinator=coord)
+        with pytest.raises(BackendUnavailableError):
+            unopened.propagate_child_cost(0.10)
+        own_redis.start()
+        unopened.close()
+        ctx.close()
+        check_tree(coord.client, ctx.chain_id)
+    finally:
+        coord.close()

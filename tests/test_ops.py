@@ -20,7 +20,8 @@ def test_top_and_spend_views(coord: Coordinator, redis_url: str,
     child.close()
     assert coord.views.active_roots() == ["tree-a"]
     assert main(["--redis", redis_url, "top"]) == 0
-    assert "$0.2500 / $1.0000" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[1].split()[:4] == [
+        "tree-a", "summariser", "$0.2500", "$1.0000"]
     run.close()
     assert coord.views.active_roots() == []
     # the tree's total is counted once, at the root, under each of its labels

@@ -129,7 +129,7 @@ def test_window_rejects_out_of_range_and_mistyped_arguments(
 
 def test_window_of_30_days_works(coord: Coordinator) -> None:
     hook = BudgetWindowHook(max_calls=1, window_s=30 * 24 * 3600, coordinator=coord)
-    assert hook.admit(CALL).decision == Decision.DEGRADE
+    assert hook.admit(CALL).decision == Decision.ALLOW  # no call before it: not degraded
     verdict = hook.admit(ToolCallContext(request_id="r", chain_id="c", node_id="m",
                                          kind="llm"))
     assert verdict.decision == Decision.HALT

@@ -21,6 +21,7 @@ from coordinator import (
     ExecutionContext,
     SafetyEvent,
     ShieldPipeline,
+    ToolCallContext,
     current_context,
 )
 from coordinator.errors import InvalidConfigError
@@ -111,20 +112,22 @@ def test_probe_through_a_context_closes_or_reopens_the_breaker(coord: Coordinato
 
 def test_provider_rate_limit_when_the_window_halts(coord: Coordinator) -> None:
     pipe = ShieldPipeline()
-    BudgetWindowHook(scope="service", max_calls=2, window_s=60, pipeline=pipe)
+    BudgetWindowHook(scope="service", max_calls=3, window_s=60, degrade_at=0.5,
+                     pipeline=pipe)
     meta = ChainMetadata(request_id="req-1", chain_id="agent-1", service="search")
     ran = []
     with ExecutionContext(CONFIG, pipe, meta) as ctx:
-        got = [ctx.wrap_llm_call(lambda: ran.append(1)) for _ in range(3)]
-        # the second call is past 80% of 2: DEGRADE, which the context does not run
-        assert got == [Decision.ALLOW, Decision.DEGRADE, Decision.HALT]
-        assert ran == [1]
+        got = [ctx.wrap_llm_call(lambda: ran.append(1)) for _ in range(4)]
+        # the two calls before the third reach 50% of 3: DEGRADE, which the context does
+        # not run
+        assert got == [Decision.ALLOW, Decision.ALLOW, Decision.DEGRADE, Decision.HALT]
+        assert ran == [1, 1]
         [event] = _events(ctx, "provider_rate_limit")
         assert event.hook == "BudgetWindowHook" and event.decision == Decision.HALT
         assert event.request_id == "req-1"
         assert event.metadata["scope"] == "service"
         assert event.metadata["scope_value"] == "search"
-        assert "max_calls 2" in event.reason
+        assert "max_calls 3" in event.reason
         types = [e.event_type for e in ctx.get_snapshot().events]
         assert types == ["budget_window_degrade", "provider_rate_limit"]  # no generic copy
 
@@ -164,6 +167,29 @@ def test_window_halt_frees_a_probe_taken_in_the_same_round_trip(coord: Coordinat
     other = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
     assert other.check().allowed
     assert window.circuit_breaker is breaker
+
+
+class _Refuse:
+    def before_llm_call(self, ctx: ToolCallContext) -> Decision:
+        return Decision.HALT
+
+
+def test_a_later_hook_refusing_frees_a_probe_the_window_took(coord: Coordinator) -> None:
+    """The window ALLOWs and takes the probe in its round trip; the next hook refuses, so
+    the call never runs and the probe goes back at once (it is renewed while held)."""
+    breaker = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
+    pipe = ShieldPipeline()
+    BudgetWindowHook(scope="service", max_calls=100, window_s=60, circuit_breaker=breaker,
+                     pipeline=pipe)
+    pipe.add_hook(_Refuse())
+    meta = ChainMetadata(request_id="r", chain_id="c", service="search")
+    assert breaker.check().allowed
+    breaker.record_failure()
+    _wait_for(lambda: breaker.state == BreakerState.HALF_OPEN)
+    with ExecutionContext(CONFIG, pipe, meta, circuit_breaker=breaker) as ctx:
+        assert ctx.wrap_llm_call(lambda: "ok") == Decision.HALT
+    other = CircuitBreaker(NAME, failure_threshold=1, recovery_timeout_s=0.3)
+    assert other.check().allowed
 
 
 # -- egress ------------------------------------------------------------------------------

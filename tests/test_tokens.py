@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import pickle
 import shutil
 import socket
 import subprocess
@@ -395,3 +396,12 @@ def test_a_cached_token_is_still_checked_for_time_and_tenant() -> None:
         codec.decode(token, now=1000.0 + 60 + CLOCK_SKEW_S + 1, tenant="a")
     with pytest.raises(TokenNotYetValidError):
         codec.decode(token, now=1000.0 - CLOCK_SKEW_S - 1, tenant="a")
+
+
+@pytest.mark.parametrize("error", [TokenSignatureError("signature mismatch"),
+                                   TokenTooLargeError(5000, 4096)])
+def test_a_token_error_rebuilt_from_its_args_says_its_prefix_once(error: TokenError) -> None:
+    """Pickling, and Celery's result backends, rebuild an exception from its args."""
+    for copy in (pickle.loads(pickle.dumps(error)), type(error)(*error.args)):
+        assert str(copy) == str(error)
+        assert str(copy).count("context token rejected") == 1

@@ -111,6 +111,50 @@ def test_degrade_past_the_fraction_then_halt_at_the_limit(coord: Coordinator) ->
     assert [never.before_llm_call(call()) for _ in range(3)] == [None, None, Decision.HALT]
 
 
+def test_a_call_degrades_on_the_calls_made_before_it(coord: Coordinator) -> None:
+    """The reference's rule: DEGRADE once the calls already in the window number at least
+    degrade_at x max_calls, so a product that is not a whole number does not degrade the
+    call that reaches it."""
+    def decisions(max_calls: int, degrade_at: float, n: int) -> list[Decision | None]:
+        hook = BudgetWindowHook(scope="service", max_calls=max_calls, window_s=60,
+                                degrade_at=degrade_at, name=f"w{max_calls}-{degrade_at}",
+                                coordinator=coord)
+        return [hook.before_llm_call(call()) for _ in range(n)]
+
+    assert decisions(1, 0.8, 2) == [None, Decision.HALT]  # 0 calls before < 0.8
+    assert decisions(3, 0.8, 4) == [None, None, None, Decision.HALT]  # 2 < 2.4: never
+    assert decisions(7, 0.5, 8) == [None] * 4 + [Decision.DEGRADE] * 3 + [Decision.HALT]
+    assert decisions(5, 0.8, 6) == [None] * 4 + [Decision.DEGRADE] + [Decision.HALT]
+
+
+def test_a_one_call_window_lets_its_call_run_through_a_context(coord: Coordinator) -> None:
+    pipeline = ShieldPipeline()
+    BudgetWindowHook(scope="service", max_calls=1, window_s=60, pipeline=pipeline,
+                     coordinator=coord)
+    ran = []
+    meta = ChainMetadata(request_id="r", chain_id="one-call", service="search")
+    with ExecutionContext(ExecutionConfig(max_cost_usd=1, max_steps=10, max_retries_total=1),
+                          pipeline, meta, coordinator=coord) as ctx:
+        assert ctx.wrap_llm_call(lambda: ran.append(1)) == Decision.ALLOW
+        assert ctx.wrap_llm_call(lambda: ran.append(2)) == Decision.HALT
+    assert ran == [1]
+
+
+def test_a_tool_window_is_charged_its_actual_cost_without_a_decision(
+        coord: Coordinator) -> None:
+    pipeline = ShieldPipeline()
+    hook = BudgetWindowHook(scope="service", max_usd=0.10, window_s=60, kinds=("tool",),
+                            pipeline=pipeline, coordinator=coord)
+    meta = ChainMetadata(request_id="r", chain_id="tool-window", service="search")
+    with ExecutionContext(ExecutionConfig(max_cost_usd=1, max_steps=10, max_retries_total=1),
+                          pipeline, meta, coordinator=coord) as ctx:
+        # $0.09 actual against a $0.01 estimate: past 80% of the window, yet the tool
+        # call that ran is ALLOW (before_charge judges LLM calls only)
+        assert ctx.wrap_tool_call(lambda: report_usage(cost_usd=0.09),
+                                  WrapOptions(cost_estimate_hint=0.01)) == Decision.ALLOW
+    assert hook.admit(call(kind="tool")).usd == pytest.approx(0.09)
+
+
 def test_usd_window_holds_estimates_and_charges_actuals(coord: Coordinator) -> None:
     hook = BudgetWindowHook(scope="team", max_usd=0.10, window_s=60, coordinator=coord)
     calls = [call(team="ml", estimate=0.03) for _ in range(4)]

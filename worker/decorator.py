@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 from celery import signals
 from celery._state import get_current_task
 
-from coordinator import CancelledByContext, Coordinator, ExecutionContext
+from coordinator import CancelledByContext, Coordinator, ExecutionContext, IsolationLevel
 from coordinator.errors import ContextExistsError, ContextNotFoundError
 from coordinator.models import ChainMetadata, ExecutionConfig, TokenBudget
 from coordinator.store.errors import RedisError
@@ -44,6 +44,7 @@ def contained(
     org_id: str = "",
     interrupt: bool = True,
     coordinator: Coordinator | None = None,
+    isolation: IsolationLevel | str = IsolationLevel.INHERIT,
 ) -> Callable[[F], F]:
     """Make a Celery task run in an ExecutionContext. Put it *under* the task decorator::
 
@@ -60,7 +61,11 @@ def contained(
     When the context is aborted or times out while the body runs, the body is
     interrupted with :class:`TaskInterrupted` (``interrupt=False``: it is only told,
     through ``current_cancellation_token()``, for bodies that stop cooperatively).
+
+    ``isolation`` is the child's context-data isolation level (``"isolated"`` for the
+    members of a ``group`` whose chord callback merges them: docs/context-data.md).
     """
+    iso = IsolationLevel.of(isolation)
     # Validate what was given now, at import time, not when the first task runs. A root's
     # config is the same for every run: built once (None: without all three limits a
     # root cannot open).
@@ -93,7 +98,7 @@ def contained(
             coord = coordinator or Coordinator.default()
             token = incoming_token(request)
             ctx, rejoined = _open(coord, token, meta, root_config, max_cost_usd, max_steps,
-                                  max_retries_total, timeout_ms, token_budget)
+                                  max_retries_total, timeout_ms, token_budget, iso)
             # A redelivered message (acks_late) replays the body in the same context:
             # call keys make each call count once across deliveries.
             ctx.enable_call_keys()
@@ -170,7 +175,8 @@ def _run_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
 def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,
           root_config: ExecutionConfig | None, max_cost_usd: float | None,
           max_steps: int | None, max_retries_total: int | None, timeout_ms: int,
-          token_budget: TokenBudget | None) -> tuple[ExecutionContext, bool]:
+          token_budget: TokenBudget | None,
+          isolation: IsolationLevel = IsolationLevel.INHERIT) -> tuple[ExecutionContext, bool]:
     """The task's context: a new child of the token's context (one round trip, which also
     reports a stop above), or a new root; and whether it was rejoined. A message delivered
     again (``acks_late`` after a lost worker) joins the context its first delivery opened."""
@@ -188,7 +194,7 @@ def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,
         return ExecutionContext.spawn_from_token(
             token, coord, max_cost_usd=max_cost_usd, max_steps=max_steps,
             max_retries_total=max_retries_total, timeout_ms=timeout_ms,
-            token_budget=token_budget, metadata=meta), False
+            token_budget=token_budget, metadata=meta, isolation=isolation), False
     except ContextExistsError:
         parent = coord.token_codec().decode(token, now=coord.redis_now_ms() / 1000,
                                     tenant=coord.tenant)

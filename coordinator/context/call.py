@@ -15,6 +15,7 @@ from typing import Any, Literal
 from ..core import pricing
 from ..core.amounts import actual_amounts, micro_to_usd, reserve_amounts, usd_to_micro
 from ..core.usage import Usage, UsageCollector, usage_from_response
+from ..data.chain import capability_called
 from ..errors import (
     BackendUnavailableError,
     DeadlineExceededError,
@@ -75,6 +76,8 @@ class Call:
     reserved: bool = True
     lease: LeaseSlice | None = None
     """The slice the call was served from (lease mode), else None (a strict reserve)."""
+    fn: Any = None
+    """The wrapped function (the causal chain digests a partial's arguments)."""
     held: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -193,6 +196,10 @@ def _consult_before(call: Call) -> Outcome | None:
         decision = hook(call.tool_ctx)
         state.mirror_pipeline_events(state.pipeline)
         if decision != Decision.ALLOW:
+            if state.circuit_breaker is not None:
+                # a probe a window hook took for this call (its lease is renewed
+                # until released): the call never runs
+                state.circuit_breaker.release()
             return Outcome(decision, reason="pipeline",
                            detail=f"a pipeline hook returned {decision.value}")
     if state.circuit_breaker is not None:
@@ -207,7 +214,8 @@ def _consult_before(call: Call) -> Outcome | None:
 
 def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
          detail: str, *, offline: bool = False, level: str | None = None) -> Outcome:
-    """Record a refused call (event and node); the outcome is HALT."""
+    """Record a refused call: its node (with the reason) always, the chain-level
+    event once per reason per context (the reference's de-duplication); HALT."""
     meta: dict[str, Any] = {"node_id": call_id, "operation_name": opts.operation_name}
     if level is not None and level != state.ctx_id:
         meta["stopped_at"] = level
@@ -219,8 +227,9 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     status = reason if reason in ("aborted", "timeout") else "halted"
     now = time.time()
     record = {"node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
-              "start_ts": now, "end_ts": now, "status": status}
-    state.store.queue_event(state.path, event.model_dump_json())
+              "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
+              "stop_detail": detail or reason}
+    state.store.queue_stop_event(state.path, reason, event.model_dump_json())
     state.store.queue_node(state.path, json.dumps(record))
     state.coord.schedule_flush()
     return outcome
@@ -291,6 +300,8 @@ def complete(call: Call, result: Any) -> Outcome:
     """Settle a call that returned: what it reported (or its response carries) is
     charged, and written behind when it fits in what was held."""
     state = call.state
+    if call.kind == "tool":
+        record_capability(call, result=result)
     try:
         usage = call.collector.usage or usage_from_response(result)
         cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
@@ -301,7 +312,12 @@ def complete(call: Call, result: Any) -> Outcome:
     decision = Decision.ALLOW
     try:
         if state.pipeline is not None and call.tool_ctx is not None:
-            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+            # before_charge decides for LLM calls only (the reference's rule): a tool
+            # call that already ran is not turned into a HALT; hooks still learn its cost.
+            if call.kind == "llm":
+                decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+            else:
+                state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
             state.mirror_pipeline_events(state.pipeline)
         if state.circuit_breaker is not None:
             state.circuit_breaker.record_success()
@@ -328,6 +344,8 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
     """Settle a call that did not complete. Returns the outcome, or None to re-raise
     (interpreter exits, outer cancellations, bad usage reports)."""
     state = call.state
+    if call.kind == "tool":
+        record_capability(call, error=exc)
     usage = call.collector.usage
     if state.circuit_breaker is not None and (
         isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
@@ -383,6 +401,16 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
         return Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
     return Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
                    error=exc)
+
+
+def record_capability(call: Call, *, result: Any = None,
+                      error: BaseException | None = None) -> None:
+    """Queue the CapabilityCall event of a tool call on its tree's causal chain
+    (coordinator/data/chain.py: digests and sizes only, never the data)."""
+    state = call.state
+    capability_called(state.coord, state.path, state.metadata,
+                      operation=call.options.operation_name, node_id=call.call_id,
+                      fn=call.fn, result=result, error=error)
 
 
 def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,

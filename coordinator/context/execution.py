@@ -22,6 +22,9 @@ from typing import Any
 from ..core.amounts import ms_to_datetime
 from ..core.paths import Path
 from ..core.plans import child_plan, open_plan
+from ..data import chain as data_chain
+from ..data.lifecycle import check_step_name, init_child
+from ..data.model import IsolationLevel
 from ..errors import InvalidConfigError
 from ..models import (
     ActiveLimits,
@@ -40,6 +43,8 @@ from ..shield.pipeline import ShieldPipeline, ToolCallContext
 from ..store.errors import UNAVAILABLE
 from .call import Outcome, active_call
 from .cancellation import CancellationToken
+from .charging import propagate_child_cost
+from .data_members import ContextDataMembers
 from .lease_registry import end_lease
 from .ledger import TokenLedger
 from .opening import attach_state, check_type, mint_token, open_state, token_state
@@ -81,11 +86,13 @@ def current_cancellation_token() -> CancellationToken | None:
     return ctx.cancellation_token if ctx is not None else None
 
 
-class ExecutionContext:
+class ExecutionContext(ContextDataMembers):
     """Containment for one chain (agent run) that bounds its whole subtree.
 
     ``with ExecutionContext(config) as ctx`` opens the context in Redis and closes it on
     exit; ``ExecutionContext.attach(token)`` joins an existing one from any process.
+    Its context data (``data``, ``checkpoint``, ``parallel``...) comes from
+    :class:`~coordinator.context.data_members.ContextDataMembers`.
     """
 
     # -- construction --------------------------------------------------------------------
@@ -161,17 +168,27 @@ class ExecutionContext:
         token_budget: TokenBudget | None = None,
         deadline: datetime | None = None,
         metadata: ChainMetadata | None = None,
+        isolation: IsolationLevel | str = IsolationLevel.INHERIT,
+        step_name: str | None = None,
+        is_parallel: bool = False,
         lease: LeasePolicy | bool | None = None,
     ) -> ExecutionContext:
         """Open a child context. Cost (and every token dimension) defaults to what remains
         above; steps and retries to the parent's limits. Explicit limits are tightened to
-        what remains above; every ancestor's limits keep applying. ``lease``: the parent's
-        lease policy unless given (False: strict reserves)."""
+        what remains above; every ancestor's limits keep applying. ``isolation`` sets how
+        the child reads its ancestors' data; a ``step_name`` makes it a step of the causal
+        chain (docs/context-data.md). ``lease``: the parent's lease policy unless given
+        (False: strict reserves; docs/leases.md)."""
+        iso = IsolationLevel.of(isolation)
+        check_step_name(step_name)
         plan = child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
                           token_budget, deadline, lease)
         state = open_state(self._state.coord, plan, pipeline, metadata, self._state,
                            self.circuit_breaker)
-        return ExecutionContext._from_state(state, self)
+        child = ExecutionContext._from_state(state, self)
+        init_child(state, state.coord, state.path, iso, step_name=step_name,
+                   is_parallel=bool(is_parallel), metadata=state.metadata, close=child.close)
+        return child
 
     # -- identity and settings -----------------------------------------------------------
 
@@ -262,6 +279,7 @@ class ExecutionContext:
             except ValueError:  # exited in another context (e.g. another task)
                 active_context.set(None)
             self._ctx_token = None
+        data_chain.step_failed(self._state, exc)
         self.close()
 
     async def __aenter__(self) -> ExecutionContext:
@@ -278,6 +296,7 @@ class ExecutionContext:
         state = self._state
         if state.closed:
             return
+        data_chain.step_closed(state, state.coord, state.path, state.metadata)
         state.closed = True
         coord = state.coord
         try:
@@ -329,6 +348,15 @@ class ExecutionContext:
     def record_event(self, event: SafetyEvent) -> None:
         """Append an event to this chain's event log (written with the next round trip)."""
         self._state.record_event(event)
+
+    def propagate_child_cost(self, cost_usd: float) -> None:
+        """Charge a cost spent outside a wrapped call to this context and every ancestor
+        at once, like a settle (see :func:`~coordinator.context.charging.propagate_child_cost`)."""
+        propagate_child_cost(self._state, cost_usd)
+
+    def _propagate_child_cost(self, cost_usd: float, _visited: object = None) -> None:
+        """The linking specification's name for :meth:`propagate_child_cost`."""
+        propagate_child_cost(self._state, cost_usd)
 
     # -- wrapping ------------------------------------------------------------------------
 

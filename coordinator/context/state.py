@@ -171,10 +171,9 @@ class ContextState:
 
     def mirror_pipeline_events(self, pipeline: ShieldPipeline) -> None:
         """Copy the pipeline's events recorded since the last call to the event log."""
-        events = pipeline.get_events()
-        for event in events[self.mirrored:]:
+        events, self.mirrored = pipeline.events_since(self.mirrored)
+        for event in events:
             self.record_event(event)
-        self.mirrored = len(events)
 
     # -- calls ---------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
         call = begin(state, owner, kind, opts)
         if isinstance(call, Outcome):
             return call
+        call.fn = fn
         vars_ = _enter(call)
         try:
             result = fn()
@@ -62,6 +63,7 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
         call = begin(state, owner, kind, opts)
         if isinstance(call, Outcome):
             return call
+        call.fn = fn
         vars_ = _enter(call)
         try:
             task = loop.create_task(_as_coroutine(fn))

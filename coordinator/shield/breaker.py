@@ -5,6 +5,7 @@ fleet, and exactly one process at a time gets the HALF_OPEN probe call."""
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -15,7 +16,13 @@ from ..errors import InvalidConfigError
 from ..models import MAX_COUNT, in_range
 from ..runtime.coordinator import Coordinator
 from ..store.errors import UNAVAILABLE
-from ..store.shield_scripts import BreakerCheck, ScriptCall, ShieldScripts
+from ..store.shield_scripts import (
+    BreakerCheck,
+    BreakerMode,
+    ScriptCall,
+    ShieldScripts,
+    breaker_check_call,
+)
 from .policy import PolicyContext, PolicyDecision
 
 log = logging.getLogger("coordinator")
@@ -24,6 +31,8 @@ log = logging.getLogger("coordinator")
 IDLE_TTL_MS = 24 * 3600 * 1000
 MAX_RECOVERY_S = 24 * 3600
 """The longest recovery timeout accepted: a day."""
+MIN_PROBE_LEASE_S = 0.05
+"""The shortest probe lease accepted (renewed every third of it)."""
 
 
 class BreakerState(str, Enum):
@@ -43,7 +52,7 @@ class _Ticket:
 
 
 def _validate(name: object, failure_threshold: object, recovery_timeout_s: object,
-              coordinator: object) -> list[dict[str, Any]]:
+              probe_lease_s: object, coordinator: object) -> list[dict[str, Any]]:
     """Every problem of a breaker configuration (empty when it is valid)."""
     problems: list[dict[str, Any]] = []
 
@@ -59,6 +68,10 @@ def _validate(name: object, failure_threshold: object, recovery_timeout_s: objec
     if not in_range(recovery_timeout_s, 0.001, MAX_RECOVERY_S):
         bad("recovery_timeout_s", f"must be a number of seconds from 0.001 to "
                                   f"{MAX_RECOVERY_S} (1 day)", recovery_timeout_s)
+    if probe_lease_s is not None and not in_range(probe_lease_s, MIN_PROBE_LEASE_S,
+                                                  MAX_RECOVERY_S):
+        bad("probe_lease_s", f"must be None or a number of seconds from {MIN_PROBE_LEASE_S} "
+                             f"to {MAX_RECOVERY_S} (1 day)", probe_lease_s)
     if coordinator is not None and not isinstance(coordinator, Coordinator):
         bad("coordinator", "must be a Coordinator or None", coordinator)
     return problems
@@ -70,8 +83,11 @@ class CircuitBreaker:
     ``CLOSED``: calls go through; ``failure_threshold`` consecutive failures (fleet-wide)
     open it. ``OPEN``: every check is refused until ``recovery_timeout_s`` (at most a day)
     has passed (Redis time). ``HALF_OPEN``: one check in the whole fleet gets the probe;
-    its success closes the breaker for everyone, its failure opens it again. A probe whose
-    holder never reports (it died) is given to another caller after ``recovery_timeout_s``.
+    its success closes the breaker for everyone, its failure opens it again. The probe is
+    held until its holder reports, however long the call runs: the holder's process renews
+    a liveness lease of ``probe_lease_s`` (default: ``recovery_timeout_s``, at least 1 s)
+    in the background; a probe whose holder died passes to the next caller once that lease
+    has run out (and a late outcome of a lapsed probe still counts).
 
     The probe taken by :meth:`check` is resolved by the :meth:`record_success` or
     :meth:`record_failure` made in the same thread or asyncio task, as ExecutionContext does.
@@ -83,15 +99,23 @@ class CircuitBreaker:
         *,
         failure_threshold: int = 5,
         recovery_timeout_s: float = 30.0,
+        probe_lease_s: float | None = None,
         coordinator: Coordinator | None = None,
     ) -> None:
-        problems = _validate(name, failure_threshold, recovery_timeout_s, coordinator)
+        problems = _validate(name, failure_threshold, recovery_timeout_s, probe_lease_s,
+                             coordinator)
         if problems:
             raise InvalidConfigError("CircuitBreaker", problems)
         self.name = name
         self.failure_threshold = failure_threshold
         self.recovery_timeout_s = float(recovery_timeout_s)
+        self.probe_lease_s = float(probe_lease_s if probe_lease_s is not None
+                                   else max(1.0, recovery_timeout_s))
         self._recovery_ms = max(1, round(recovery_timeout_s * 1000))
+        self._lease_ms = round(self.probe_lease_s * 1000)
+        # Probes this process holds, whose lease a background timer renews.
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
         self._coord = coordinator or Coordinator.default()
         self.key = f"{self._coord.keyspace.prefix}:{{brk:{name}}}:state"
         self.scripts = ShieldScripts(self._coord.store)
@@ -104,7 +128,8 @@ class CircuitBreaker:
 
     def __repr__(self) -> str:
         return (f"CircuitBreaker({self.name!r}, failure_threshold={self.failure_threshold}, "
-                f"recovery_timeout_s={self.recovery_timeout_s})")
+                f"recovery_timeout_s={self.recovery_timeout_s}, "
+                f"probe_lease_s={self.probe_lease_s})")
 
     # -- checks --------------------------------------------------------------------------
 
@@ -128,12 +153,21 @@ class CircuitBreaker:
     def check_call(self, holder: str) -> ScriptCall:
         """The script call of a check taking the probe for ``holder`` (to share a round
         trip; pass its result to :meth:`accept`)."""
-        return ScriptCall("breaker_check", [self.key],
-                          ["check", self._recovery_ms, holder, IDLE_TTL_MS + self._recovery_ms])
+        return self._check_call("check", holder)
+
+    def _check_call(self, mode: BreakerMode, holder: str) -> ScriptCall:
+        return breaker_check_call(self.key, mode, holder, recovery_ms=self._recovery_ms,
+                                  ttl_ms=IDLE_TTL_MS + self._recovery_ms,
+                                  lease_ms=self._lease_ms)
 
     def accept(self, holder: str, reply: BreakerCheck) -> PolicyDecision:
-        """Turn a check's script reply into the decision, remembering a probe taken."""
+        """Turn a check's script reply into the decision, remembering a probe taken
+        (and renewing its lease until it is resolved)."""
         self._ticket.set(_Ticket(holder if reply.took_probe else None, reply.failures))
+        if reply.took_probe:
+            with self._held_lock:
+                self._held.add(holder)
+            self._schedule_renewal(holder)
         if reply.allowed:
             reason = "half-open probe" if reply.took_probe else ""
             return PolicyDecision(True, reason)
@@ -178,8 +212,35 @@ class CircuitBreaker:
         if ticket is not None and ticket.holder is not None:
             self._record("release", ticket)
 
+    # -- the probe's lease ---------------------------------------------------------------
+
+    def _schedule_renewal(self, holder: str) -> None:
+        self._coord.call_later(self.probe_lease_s / 3, lambda: self._renew(holder))
+
+    def _renew(self, holder: str) -> None:
+        """Extend the lease of a probe this process still runs (on the coordinator's timer
+        thread); stops once the probe is resolved here or no longer held."""
+        with self._held_lock:
+            if holder not in self._held:
+                return
+        try:
+            reply: BreakerCheck = self.scripts.run([self._check_call("renew", holder)])[0]
+            held = reply.holds_probe
+        except UNAVAILABLE as exc:
+            log.warning("circuit breaker %r: could not renew the probe's lease (%s)",
+                        self.name, exc)
+            held = True  # try again: the probe is still ours until its lease runs out
+        if not held:  # resolved meanwhile, or its lease lapsed: nothing left to renew
+            with self._held_lock:
+                self._held.discard(holder)
+            return
+        self._schedule_renewal(holder)
+
     def _record(self, outcome: str, ticket: _Ticket | None) -> None:
         holder = ticket.holder if ticket is not None and ticket.holder else ""
+        if holder:
+            with self._held_lock:
+                self._held.discard(holder)
         call = ScriptCall("breaker_record", [self.key],
                           [outcome, self.failure_threshold, holder,
                            IDLE_TTL_MS + self._recovery_ms])
@@ -192,9 +253,7 @@ class CircuitBreaker:
     # -- state ---------------------------------------------------------------------------
 
     def _peek(self) -> BreakerCheck:
-        call = ScriptCall("breaker_check", [self.key],
-                          ["peek", self._recovery_ms, "", IDLE_TTL_MS + self._recovery_ms])
-        reply: BreakerCheck = self.scripts.run([call])[0]
+        reply: BreakerCheck = self.scripts.run([self._check_call("peek", "")])[0]
         return reply
 
     @property

@@ -4,6 +4,7 @@ limits (the ExecutionContext specification, section 7)."""
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +41,12 @@ class ShieldHook(Protocol):
     def before_egress(self, ctx: ToolCallContext, url: str) -> Decision | None: ...
     def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision | None: ...
     def on_error(self, ctx: ToolCallContext, error: BaseException) -> Decision | None: ...
+    def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> None: ...
+
+
+MAX_EVENTS = 1000
+"""Events a pipeline keeps (the newest; the reference's cap). Contexts copy each event into
+their chain's log in Redis as it comes, so none is lost to the cap there."""
 
 
 class ShieldPipeline:
@@ -48,7 +55,8 @@ class ShieldPipeline:
 
     def __init__(self, *hooks: Any) -> None:
         self.hooks = list(hooks)
-        self._events: list[SafetyEvent] = []
+        self._events: deque[SafetyEvent] = deque(maxlen=MAX_EVENTS)
+        self._recorded = 0  # events ever recorded: a position for events_since
         self._lock = threading.Lock()
 
     def add_hook(self, hook: Any) -> None:
@@ -57,11 +65,22 @@ class ShieldPipeline:
     def record(self, event: SafetyEvent) -> None:
         with self._lock:
             self._events.append(event)
+            self._recorded += 1
 
     def get_events(self) -> list[SafetyEvent]:
-        """Every event the pipeline recorded, oldest first."""
+        """The events the pipeline recorded, oldest first: the last MAX_EVENTS (1000)."""
         with self._lock:
             return list(self._events)
+
+    def events_since(self, position: int) -> tuple[list[SafetyEvent], int]:
+        """The events recorded after ``position`` (0: since the start; at most the
+        MAX_EVENTS kept) and the position after them, without copying the others."""
+        with self._lock:
+            new = min(self._recorded - position, len(self._events))
+            if new <= 0:
+                return [], self._recorded
+            n = len(self._events)
+            return [self._events[i] for i in range(n - new, n)], self._recorded
 
     def _consult(self, method: str, ctx: ToolCallContext, *args: Any) -> Decision:
         for hook in self.hooks:
@@ -93,6 +112,14 @@ class ShieldPipeline:
 
     def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision:
         return self._consult("before_charge", ctx, cost_usd)
+
+    def charged(self, ctx: ToolCallContext, cost_usd: float) -> None:
+        """Tell the hooks' ``on_charge`` the actual cost of a call that ``before_charge``
+        does not judge (tool calls): no decision."""
+        for hook in self.hooks:
+            fn = getattr(hook, "on_charge", None)
+            if fn is not None:
+                fn(ctx, cost_usd)
 
     def on_error(self, ctx: ToolCallContext, error: BaseException) -> Decision:
         """The first hook's non-ALLOW decision, else RETRY."""

@@ -57,8 +57,9 @@ def _escape(value: str) -> str:
 class BudgetWindowHook(RecordingHook):
     """Limits the calls (``max_calls``) and the USD (``max_usd``) of one scope within the
     last ``window_s`` seconds (0.001 to 30 days), across every process. Returns DEGRADE
-    once the window is past ``degrade_at`` of a limit (the call is counted) and HALT at the
-    limit (it is not).
+    (the call is counted) when the calls already in the window, before this one, number at
+    least ``degrade_at`` x ``max_calls``, or when its USD with this call's estimate is past
+    ``degrade_at`` of ``max_usd``; HALT at the limit (the call is not counted).
 
     ``max_usd`` holds each call's ``cost_estimate_usd`` at admission and replaces it with
     the actual cost in ``before_charge``. Give ``circuit_breaker=`` to fetch its check in the
@@ -100,7 +101,8 @@ class BudgetWindowHook(RecordingHook):
         self.circuit_breaker = circuit_breaker
         self._window_ms = max(1, round(window_s * 1000))
         self._max_calls = max_calls or 0
-        self._degrade_calls = math.floor(self._max_calls * self.degrade_at + 1e-9)
+        # A call degrades when the calls before it number at least degrade_at x max_calls.
+        self._degrade_calls = math.ceil(self._max_calls * self.degrade_at - 1e-9)
         self._max_micro = usd_to_micro(max_usd) if max_usd is not None else 0
         self._degrade_micro = math.floor(self._max_micro * self.degrade_at + 1e-9)
         self._coord = coordinator or Coordinator.default()
@@ -185,7 +187,18 @@ class BudgetWindowHook(RecordingHook):
     def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision | None:
         """Replace the call's estimate in the USD window with its actual cost (no round
         trip without ``max_usd`` or when they are equal). DEGRADE when the window is now
-        past ``degrade_at`` of ``max_usd``."""
+        past ``degrade_at`` of ``max_usd``. (ExecutionContext asks it of LLM calls; a tool
+        call's cost comes through :meth:`on_charge`.)"""
+        v = self.on_charge(ctx, cost_usd)
+        if v is None or v.decision == Decision.ALLOW:
+            return None
+        self._emit(ctx, "budget_window_degrade", Decision.DEGRADE,
+                   self._describe(v, f"is past {self.degrade_at:.0%} of"), **self._meta(v))
+        return Decision.DEGRADE
+
+    def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> WindowVerdict | None:
+        """Replace the call's estimate in the USD window with its actual cost; the
+        window's state after it (None when nothing was sent)."""
         if not self._max_micro or ctx.kind not in self.kinds:
             return None
         held = usd_to_micro(ctx.cost_estimate_usd, round_up=True)
@@ -201,12 +214,7 @@ class BudgetWindowHook(RecordingHook):
             log.warning("budget window %s: could not charge %s (%s)", self.name, ctx.node_id,
                         exc)
             return None
-        v = _verdict(value, reply)
-        if v.decision == Decision.ALLOW:
-            return None
-        self._emit(ctx, "budget_window_degrade", Decision.DEGRADE,
-                   self._describe(v, f"is past {self.degrade_at:.0%} of"), **self._meta(v))
-        return Decision.DEGRADE
+        return _verdict(value, reply)
 
     def _describe(self, v: WindowVerdict, verb: str) -> str:
         limits = []

@@ -12,7 +12,8 @@ from redis.commands.core import Script
 from ..core.script_constants import LUA_CONSTANTS
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window",
+                "breaker_check", "breaker_record", "window", "event_once", "propagate",
+                "data_read", "data_write", "data_merge", "data_spawn", "data_snapshot",
                 "lease_take", "lease_flush", "lease_return")
 
 
@@ -39,11 +40,12 @@ def prelude() -> str:
 
 
 def script_source(name: str) -> str:
-    """The source registered for ``name``: the prelude of shared constants, lib.lua, then
-    the script itself."""
+    """The source registered for ``name``: the prelude of shared constants, lib.lua (and
+    data_lib.lua for the context-data scripts ``data_*``), then the script itself."""
     folder = lua_dir()
-    lib = (folder / "lib.lua").read_text()
-    return prelude() + lib + "\n" + (folder / f"{name}.lua").read_text()
+    libs = ["lib.lua", "data_lib.lua"] if name.startswith("data_") else ["lib.lua"]
+    parts = [(folder / lib).read_text() for lib in libs]
+    return prelude() + "\n".join([*parts, (folder / f"{name}.lua").read_text()])
 
 
 class Scripts:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .tree import Store
 
@@ -20,18 +20,38 @@ class ScriptCall:
     args: list[Any]
 
 
+BreakerMode = Literal["check", "peek", "renew"]
+"""breaker_check.lua's modes: a check (may take the probe), a read, the renewal of the
+lease of a probe held."""
+
+
+def breaker_check_call(key: str, mode: BreakerMode, holder: str, *, recovery_ms: int,
+                       ttl_ms: int, lease_ms: int) -> ScriptCall:
+    """breaker_check.lua's call: ``holder`` takes the probe (``check``) or renews its
+    lease (``renew``); a probe whose lease of ``lease_ms`` runs out passes on."""
+    return ScriptCall("breaker_check", [key], [mode, recovery_ms, holder, ttl_ms, lease_ms])
+
+
 @dataclass(frozen=True)
 class BreakerCheck:
     """breaker_check.lua's reply: may a call go out, and the breaker's state."""
 
     allowed: bool
+    """``check``: the call may go out; ``renew``: the holder still holds the probe."""
     state: str
     """CLOSED, OPEN or HALF_OPEN."""
     failures: int
     took_probe: bool
-    """This check took the half-open probe."""
+    """This check took the half-open probe (``renew``: the holder still holds it, its
+    lease extended)."""
     wait_ms: int
-    """How long until OPEN turns HALF_OPEN, or the probe held elsewhere expires."""
+    """How long until OPEN turns HALF_OPEN, or the lease of the probe held elsewhere
+    runs out."""
+
+    @property
+    def holds_probe(self) -> bool:
+        """The caller holds the probe after this call (taken by a check, or renewed)."""
+        return self.took_probe
 
 
 @dataclass(frozen=True)

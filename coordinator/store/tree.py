@@ -12,6 +12,7 @@ from typing import Any, Literal, NamedTuple
 
 import redis
 
+from ..core.data_keys import DataKeys
 from ..core.keys import KeySpace
 from ..core.paths import Path
 from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
@@ -140,6 +141,10 @@ class Store:
             out += [self.ks.ctx(path.root, cid), self.ks.events(path.root, cid)]
         return tuple(out)
 
+    def level_keys(self, path: Path) -> tuple[str, ...]:
+        """Per level of ``path``, root first: its context hash and its event stream."""
+        return self._level_keys(path)
+
     def _compute_finish_keys(self, path: Path) -> tuple[str, ...]:
         return (
             self.ks.reservations(path.root),
@@ -215,6 +220,13 @@ class Store:
         """Append a SafetyEvent to a context's event stream with the next round trip."""
         self.wire.queue(Op("xadd", [self.ks.events(path.root, path.ctx_id)], ["e", event_json]))
 
+    def queue_stop_event(self, path: Path, reason: str, event_json: str) -> None:
+        """Append a chain-level stop event to a context's event stream with the next round
+        trip, unless the context already recorded one for ``reason`` (event_once.lua)."""
+        self.wire.queue(Op("event_once", [self.ks.ctx(path.root, path.ctx_id),
+                                          self.ks.events(path.root, path.ctx_id)],
+                           [reason, event_json, EVENT_STREAM_CAP]))
+
     def queue_node(self, path: Path, node_json: str) -> None:
         """Append a node record to a context's node stream with the next round trip."""
         self.wire.queue(Op("xadd", [self.ks.nodes(path.root, path.ctx_id)], ["n", node_json]))
@@ -253,10 +265,12 @@ class Store:
             self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id),
             self.ks.kids(path.root, path.ctx_id),
+            *DataKeys(self.ks).context_keys(path.root, path.ctx_id),
         ]
         if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
-                     self.ks.ledger(path.root), self.ks.done(path.root)]
+                     self.ks.ledger(path.root), self.ks.done(path.root),
+                     *DataKeys(self.ks).tree_keys(path.root)]
         ops = [Op("close", keys, [retention_s]),
                command("EXPIRE", self.ks.locator(path.ctx_id), retention_s)]
         if root:
@@ -271,7 +285,8 @@ class Store:
         raise_errors(self.wire.round_trip([command("EXPIRE", key, retention_s) for key in (
             self.ks.ctx(path.root, path.ctx_id), self.ks.nodes(path.root, path.ctx_id),
             self.ks.events(path.root, path.ctx_id), self.ks.kids(path.root, path.ctx_id),
-            self.ks.locator(path.ctx_id))]))
+            self.ks.locator(path.ctx_id),
+            *DataKeys(self.ks).context_keys(path.root, path.ctx_id))]))
 
     def renew_leases(self) -> None:
         """Extend the leases of this process's calls in flight (one round trip)."""

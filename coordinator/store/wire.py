@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +91,10 @@ class Wire:
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
         self._local = threading.local()
         self._conns: list[_Conn] = []
-        self._batches_in_flight = 0
+        # Batches of queued writes taken off the queue and not yet landed, by number: a
+        # read waits for those taken before it (read-your-writes).
+        self._batch_seq = 0
+        self._open_batches: set[int] = set()
         self._landed = threading.Condition()
         self._conns_pid = os.getpid()
 
@@ -117,26 +121,9 @@ class Wire:
         """Run every queued write, then ``ops``, then ``reads`` (a function queueing reads
         on a redis-py pipeline), in one round trip. Returns the results after the queued
         writes', script errors in place as exceptions. Raises redis.ConnectionError /
-        TimeoutError when Redis cannot be reached (the queued writes stay queued)."""
-        if reads is not None:
-            # reads go over another connection: make this thread's writes land first
-            self._drain([self._conn()])
-        pending = self._take_pending()
-        if pending:
-            with self._landed:
-                self._batches_in_flight += 1
-        try:
-            results = self._execute([*pending, *ops], reads)
-        except redis.RedisError:
-            self._requeue(pending)
-            raise
-        finally:
-            if pending:
-                with self._landed:
-                    self._batches_in_flight -= 1
-                    self._landed.notify_all()
-        self._acknowledge(pending, results[: len(pending)])
-        return results[len(pending):]
+        TimeoutError when Redis cannot be reached (the queued writes stay queued).
+        ``reads`` see every write this process made before the call (read-your-writes)."""
+        return self._send_queued(ops, reads, after_earlier=reads is not None)
 
     def run(self, op: Op) -> Any:
         """The reply of one op, sent with the queued writes; a script error is raised."""
@@ -167,14 +154,57 @@ class Wire:
 
     def flush(self) -> None:
         """Make every write-behind op land: read the replies owed on every connection,
-        then send what is queued. Raises if Redis is unreachable; the writes stay queued."""
-        with self._lock:
-            conns = list(self._conns) if self._conns_pid == os.getpid() else []
-        self._drain(conns)
-        if self._pending:
-            self.round_trip([])
-        with self._landed:  # queued writes another thread is sending right now
-            self._landed.wait_for(lambda: self._batches_in_flight == 0, timeout=10)
+        wait for the queued writes other threads are sending, and send what is queued.
+        Raises if Redis is unreachable; the writes stay queued."""
+        self._send_queued([], None, after_earlier=True)
+
+    # -- read-your-writes ----------------------------------------------------------------
+
+    def _send_queued(self, ops: Sequence[Op], reads: Callable[[Any], None] | None, *,
+                     after_earlier: bool) -> list[Any]:
+        """:meth:`round_trip`; with ``after_earlier``, every write this process made
+        before the call lands first: the replies owed on each of its connections are
+        read, and the batches of queued writes that other threads (the flusher) took off
+        the queue before this call took its own are sent."""
+        if after_earlier:
+            with self._lock:
+                self._forget_parent_locked()
+                conns = list(self._conns)
+            self._drain(conns)
+        pending, batch, taken_at = self._take_pending()
+        try:
+            if after_earlier:
+                self._await_batches(taken_at, batch)
+            if not pending and not ops and reads is None:
+                return []
+            try:
+                results = self._execute([*pending, *ops], reads)
+            except redis.RedisError:
+                self._requeue(pending)
+                raise
+            # acknowledged before the batch counts as landed: a failed op is back in the
+            # queue by then, for the next reader to send
+            self._acknowledge(pending, results[: len(pending)])
+        finally:
+            if batch:
+                with self._lock:
+                    self._open_batches.discard(batch)
+                with self._landed:
+                    self._landed.notify_all()
+        return results[len(pending):]
+
+    def _await_batches(self, upto: int, own: int, timeout: float = 10.0) -> None:
+        """Wait until the batches numbered up to ``upto`` (except ``own``) have landed.
+        A batch's sender never waits for a later batch, so this cannot deadlock."""
+        end = time.monotonic() + timeout
+        with self._landed:
+            while True:
+                with self._lock:
+                    earlier = any(b <= upto and b != own for b in self._open_batches)
+                left = end - time.monotonic()
+                if not earlier or left <= 0:
+                    return
+                self._landed.wait(left)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -228,7 +258,9 @@ class Wire:
                 conn.conn.disconnect()  # a half-read connection must not be reused as is
                 self._requeue(earlier)  # they may or may not have run: all idempotent
                 raise
-        self._acknowledge(earlier, acks)
+            # under the lock: a reader draining this connection finds them acknowledged
+            # (a failed one back in the queue) once it gets the lock
+            self._acknowledge(earlier, acks)
         return out
 
     def _drain(self, conns: Sequence[_Conn]) -> None:
@@ -244,7 +276,9 @@ class Wire:
                     conn.conn.disconnect()
                     self._requeue(owed)
                     continue
-            self._acknowledge(owed, acks)
+                # under the lock: a reader draining this connection finds them
+                # acknowledged (a failed one back in the queue) once it gets the lock
+                self._acknowledge(owed, acks)
 
     def _acknowledge(self, ops: Sequence[Op], replies: Sequence[Any]) -> None:
         """Settle the bookkeeping of sent ops; failed ones go back to the queue (after a
@@ -268,16 +302,28 @@ class Wire:
             local.conn = _Conn(self.client.connection_pool.make_connection())
             local.pid = os.getpid()
             with self._lock:
-                if self._conns_pid != os.getpid():  # forked: the parent's are not ours
-                    self._conns, self._conns_pid = [], os.getpid()
+                self._forget_parent_locked()
                 self._conns.append(local.conn)
         conn: _Conn = local.conn
         return conn
 
-    def _take_pending(self) -> list[Op]:
+    def _forget_parent_locked(self) -> None:
+        """In a forked child, the parent's connections and batches are not ours (called
+        with ``_lock`` held)."""
+        if self._conns_pid != os.getpid():
+            self._conns, self._conns_pid = [], os.getpid()
+            self._open_batches.clear()
+
+    def _take_pending(self) -> tuple[list[Op], int, int]:
+        """The queued writes, the number of their batch (0 when there are none),
+        registered as in flight in the same step, and the last batch number taken."""
         with self._lock:
+            self._forget_parent_locked()
             ops, self._pending = self._pending, []
-        return ops
+            if ops:
+                self._batch_seq += 1
+                self._open_batches.add(self._batch_seq)
+            return ops, self._batch_seq if ops else 0, self._batch_seq
 
     def _requeue(self, ops: list[Op]) -> None:
         if ops:

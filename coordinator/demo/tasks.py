@@ -1,6 +1,6 @@
 """The Celery side of ``budgetctl demo``: sub-agents that call a simulated LLM (realistic
 token counts and prices, no network). Workers load it with
-``celery -A coordinator.demo_tasks worker``; it reads its broker and queue from
+``celery -A coordinator.demo.tasks worker``; it reads its broker and queue from
 ``BUDGET_DEMO_BROKER`` and ``BUDGET_DEMO_QUEUE``."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from celery import Celery
 
 from worker import contained, current_context, install
 
-from .core.usage import report_usage
-from .models import Decision, WrapOptions
+from ..core.usage import report_usage
+from ..models import Decision, WrapOptions
 
 QUEUE = os.environ.get("BUDGET_DEMO_QUEUE", "budgetctl-demo")
 

@@ -1,0 +1,49 @@
+"""``budgetctl abort``: stop a context and its subtree, on every machine."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from typing import Annotated
+
+import typer
+
+from ..core.paths import Path
+from ..errors import ContextNotFoundError
+from ._common import connect
+from .reads import locate
+
+app = typer.Typer()
+
+MAX_REASON = 1000
+"""Characters of the reason kept (as ExecutionContext.abort keeps them)."""
+
+
+def _operator() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@app.command()
+def abort(
+    ctx: typer.Context,
+    context_id: Annotated[str, typer.Argument(
+        metavar="ID", help="A context id, or the start of an open tree's id.")],
+    reason: Annotated[str | None, typer.Argument(
+        help="Kept as the stop's detail; `tree` shows it under the stopped context. "
+             "Default: 'aborted with budgetctl by USER@HOST'.")] = None,
+) -> None:
+    """Stop a context and its whole subtree, durably, in every process."""
+    text = (reason or f"aborted with budgetctl by {_operator()}")[:MAX_REASON]
+    with connect(ctx) as coord:
+        where = locate(coord, context_id)
+        reply = coord.store.abort(Path(where.root, where.ids), "aborted", text)
+        if reply.outcome == "missing":
+            raise ContextNotFoundError(where.ctx_id)
+        if reply.outcome == "stopped":
+            print(f"aborted {where.ctx_id} and its subtree: {text}")
+        else:
+            print(f"{where.ctx_id} was already {reply.status or 'stopped'}; nothing changed")

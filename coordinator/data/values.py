@@ -1,0 +1,102 @@
+"""The edge of context data: limits, key checks and the JSON encoding of values (pure
+logic, no Redis)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DataKeyError, DataTooLargeError, DataValueError
+
+MAX_DEPTH = 100
+"""The deepest nesting of lists and maps a value may have."""
+
+
+@dataclass(frozen=True)
+class DataLimits:
+    """Limits of context data, enforced before anything is written."""
+
+    max_key_chars: int = 256
+    """Longest key, in characters."""
+    max_value_bytes: int = 1 << 20
+    """Largest JSON encoding of one value (UTF-8 bytes): 1 MiB."""
+    max_context_bytes: int = 16 << 20
+    """Largest data of one context (keys and JSON values, UTF-8 bytes): 16 MiB."""
+
+    @classmethod
+    def from_env(cls) -> DataLimits:
+        """Defaults, with ``BUDGET_DATA_MAX_CONTEXT_BYTES`` and
+        ``BUDGET_DATA_MAX_VALUE_BYTES`` applied when set."""
+        kw: dict[str, int] = {}
+        for env, name in (("BUDGET_DATA_MAX_CONTEXT_BYTES", "max_context_bytes"),
+                          ("BUDGET_DATA_MAX_VALUE_BYTES", "max_value_bytes")):
+            if os.environ.get(env):
+                kw[name] = int(os.environ[env])
+        return cls(**kw)
+
+
+def check_key(key: object, limits: DataLimits) -> str:
+    """``key`` if it is a usable data key, else :class:`DataKeyError`."""
+    if not isinstance(key, str) or not 1 <= len(key) <= limits.max_key_chars:
+        raise DataKeyError(key, limits.max_key_chars)
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        raise DataKeyError(key, limits.max_key_chars) from None
+    return key
+
+
+def _check(key: str, value: object, depth: int) -> None:
+    """Walks a value; raises :class:`DataValueError` at the first part that is not JSON
+    (json.dumps would turn a tuple into a list and accept NaN)."""
+    if depth > MAX_DEPTH:
+        raise DataValueError(key, f"nested deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DataValueError(key, f"{value!r} is not a finite number")
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check(key, item, depth + 1)
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise DataValueError(key, f"map key {k!r} is not a string")
+            _check(key, item, depth + 1)
+        return
+    raise DataValueError(key, f"{type(value).__name__} {_short(value)}")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def encode_value(key: str, value: object, limits: DataLimits) -> str:
+    """The JSON text stored for ``value`` (compact, UTF-8); raises
+    :class:`DataValueError` or :class:`DataTooLargeError`."""
+    _check(key, value, 0)
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise DataValueError(key, "a string holds a lone surrogate (not Unicode text)") from None
+    if size > limits.max_value_bytes:
+        raise DataTooLargeError("a value's JSON", size, limits.max_value_bytes, key)
+    return text
+
+
+def decode_value(text: str) -> Any:
+    """The value stored as ``text``."""
+    return json.loads(text)
+
+
+def entry_bytes(key: str, text: str) -> int:
+    """What one entry counts against a context's data limit."""
+    return len(key.encode()) + len(text.encode())

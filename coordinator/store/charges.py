@@ -1,0 +1,42 @@
+"""Charges without a call: propagate.lua adds a cost spent outside a wrapped call (a bill
+that arrives later) to every level of a context's path at once, like a settle."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.paths import Path
+from ..core.script_constants import NODE_STREAM_CAP
+from .errors import UNAVAILABLE
+from .tree import Stop, Store, decode_stops
+from .wire import Op
+
+
+def decode_propagate(path: Path, reply: list[Any]) -> list[Stop] | None:
+    """propagate.lua's reply: the levels of ``path`` the charge stopped (none for a charge
+    already applied), or None when a level does not exist."""
+    if int(reply[0]) == -1:
+        return None
+    return decode_stops(path, reply)
+
+
+def propagate(store: Store, path: Path, charge_id: str, amounts: Sequence[str | int],
+              node: dict[str, Any]) -> list[Stop] | None:
+    """Charge ``amounts`` to every level of ``path`` at once, with nothing held;
+    idempotent per ``charge_id``. Returns the levels it stopped, or None when a level
+    does not exist. When Redis cannot be reached the charge is queued (the flusher resends
+    it) and the error raised."""
+    ks = store.ks
+    keys = [ks.done(path.root), ks.nodes(path.root, path.ctx_id), ks.ledger(path.root),
+            *store.level_keys(path)]
+    op = Op("propagate", keys, [charge_id, ",".join(path.ids), ks.abort_channel,
+                                ks.ledger_channel, json.dumps(node), NODE_STREAM_CAP,
+                                *amounts])
+    try:
+        reply = store.wire.run(op)
+    except UNAVAILABLE:
+        store.wire.queue(op)  # spend is never lost: sent again with the next round trip
+        raise
+    return decode_propagate(path, reply)

@@ -1,0 +1,63 @@
+-- data_merge.lua: merge a child's own data into its parent's, atomically, with a policy.
+--
+-- KEYS[1]     bc:{R}:ctx:<parent>    hash  the parent (a closed one refuses the merge)
+-- KEYS[2]     bc:{R}:data:<parent>   hash  the parent's data
+-- KEYS[3]     bc:{R}:dmeta:<parent>  hash  its size ('bytes') and merge counter ('merges')
+-- KEYS[4]     bc:{R}:data:<child>    hash  the child's own data (read only; the child may
+--                                          be stopped or closed)
+-- ARGV[1]     policy: keep_existing (the parent's value stays; keys it lacks are added),
+--             overwrite (the child's value wins) or merge (deep merge, data_lib.lua)
+-- ARGV[2]     the most bytes one JSON value may hold
+-- ARGV[3]     the most bytes the parent's data may hold
+-- ARGV[4..]   the child's keys to merge (none: all of them)
+--
+-- Nothing is written unless every merged value and the parent's data fit.
+-- Returns {1, merge number (1 for the parent's first merge), bytes after,
+--          change, key, change, key, ...} with change 'added', 'overwritten' or 'merged',
+--         keys in sorted order; {0, 'missing'}, {0, 'closed'}, {0, 'too_large', 'value',
+--         key, bytes} or {0, 'too_large', 'context', bytes}.
+
+local refusal = data_refusal(KEYS[1])
+if refusal then return {0, refusal} end
+local policy = ARGV[1]
+local max_value, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
+local keys = {}
+if #ARGV > 3 then
+  for i = 4, #ARGV do keys[#keys + 1] = ARGV[i] end
+else
+  keys = redis.call('HKEYS', KEYS[4])
+end
+table.sort(keys)
+local bytes = tonumber(redis.call('HGET', KEYS[3], 'bytes') or '0')
+local after = bytes
+local writes, changes = {}, {}
+for _, k in ipairs(keys) do
+  local cv = redis.call('HGET', KEYS[4], k)
+  if cv then
+    local pv = redis.call('HGET', KEYS[2], k)
+    local nv, change = nil, nil
+    if not pv then
+      nv, change = cv, 'added'
+    elseif policy == 'overwrite' then
+      if pv ~= cv then nv, change = cv, 'overwritten' end
+    elseif policy == 'merge' then
+      local merged = data_merge_text(pv, cv)
+      if merged ~= pv then nv, change = merged, 'merged' end
+    end
+    if nv then
+      if #nv > max_value then return {0, 'too_large', 'value', k, #nv} end
+      if pv then after = after - #pv + #nv else after = after + #k + #nv end
+      writes[#writes + 1] = k
+      writes[#writes + 1] = nv
+      changes[#changes + 1] = change
+      changes[#changes + 1] = k
+    end
+  end
+end
+if after > max_bytes and after > bytes then return {0, 'too_large', 'context', after} end
+data_call_chunked('HSET', KEYS[2], writes, 1000)
+redis.call('HSET', KEYS[3], 'bytes', after)
+local seq = redis.call('HINCRBY', KEYS[3], 'merges', 1)
+local out = {1, seq, after}
+for _, x in ipairs(changes) do out[#out + 1] = x end
+return out

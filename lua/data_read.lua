@@ -1,0 +1,21 @@
+-- data_read.lua: read a context's data through its isolation level, in one round trip.
+--
+-- KEYS[1]     bc:{R}:data:<id>   the context's own data, KEYS[2] bc:{R}:dmeta:<id> its
+--             record, KEYS[3] bc:{R}:dview:<id> its frozen view (see data_lib.lua);
+-- KEYS[4..]   the same 3 keys for its parent, then each ancestor up to the root
+-- ARGV[1]     'get' (ARGV[2] the key), 'all' (every key the context sees) or 'local'
+--             (its own data only)
+--
+-- Returns for 'get': {1, JSON, level} (level 0 = its own data, n = n levels up, the
+-- frozen view of an isolated level counting one above it) or {0};
+-- for 'all' and 'local': {key, JSON, key, JSON, ...}.
+
+local nlevels = #KEYS / DATA_STRIDE
+local mode = ARGV[1]
+if mode == 'get' then
+  local v, level = data_lookup(1, nlevels, ARGV[2])
+  if v then return {1, v, level} end
+  return {0}
+end
+if mode == 'local' then return redis.call('HGETALL', KEYS[1]) end
+return data_visible(1, nlevels)

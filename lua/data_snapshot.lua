@@ -1,0 +1,25 @@
+-- data_snapshot.lua: the data stack a context sees, read atomically (checkpoints).
+--
+-- KEYS[1]     bc:{R}:ctx:<id> the context, KEYS[2] bc:{R}:data:<id>, KEYS[3]
+--             bc:{R}:dmeta:<id>, KEYS[4] bc:{R}:dview:<id>;
+-- KEYS[5..]   the same 4 keys for its parent, then each ancestor up to the root
+-- ARGV        none
+--
+-- The walk stops where the context's sight stops (a sandboxed level, or an isolated one,
+-- whose frozen view is included).
+-- Returns one entry per level it sees, its own first:
+--   {created_ms, metadata JSON, {data key, JSON, ...}, {dmeta field, value, ...},
+--    {view key, JSON, ...}}
+
+local out = {}
+for base = 1, #KEYS, 4 do
+  local ctx = redis.call('HMGET', KEYS[base], 'created_ms', 'meta')
+  local meta = redis.call('HGETALL', KEYS[base + 2])
+  local iso = redis.call('HGET', KEYS[base + 2], 'iso')
+  local view = {}
+  if iso == 'isolated' then view = redis.call('HGETALL', KEYS[base + 3]) end
+  out[#out + 1] = {ctx[1] or '0', ctx[2] or '{}', redis.call('HGETALL', KEYS[base + 1]),
+                   meta, view}
+  if iso == 'sandboxed' or iso == 'isolated' then break end
+end
+return out

@@ -1,0 +1,28 @@
+-- data_spawn.lua: record a new child's isolation level and step, and freeze its view.
+--
+-- KEYS[1]     bc:{R}:ctx:<child>    hash  the child (opened just before; must exist)
+-- KEYS[2]     bc:{R}:dmeta:<child>  hash  its data record: iso, par, step
+-- KEYS[3]     bc:{R}:dview:<child>  hash  its frozen view (isolated only)
+-- KEYS[4..]   the parent's levels, 3 keys each (data, dmeta, dview), parent first
+-- ARGV[1]     isolation: inherit | isolated | sandboxed
+-- ARGV[2]     '1' if the child is a parallel branch, else '0'
+-- ARGV[3]     step name ('' = none)
+-- ARGV[4]     'freeze': an isolated child's view is what the parent sees now (its data
+--             and, through its own isolation level, its ancestors'), copied in this same
+--             atomic step; 'given': the view is ARGV[5..] (key, JSON pairs; a resume)
+--
+-- Returns {1, number of keys in the frozen view} or {0, 'missing'}.
+
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 'missing'} end
+redis.call('HSET', KEYS[2], 'iso', ARGV[1], 'par', ARGV[2], 'step', ARGV[3])
+if ARGV[1] ~= 'isolated' then return {1, 0} end
+local view
+if ARGV[4] == 'freeze' then
+  view = data_visible(4, (#KEYS - 3) / DATA_STRIDE)
+else
+  view = {}
+  for i = 5, #ARGV do view[#view + 1] = ARGV[i] end
+end
+redis.call('DEL', KEYS[3])
+data_call_chunked('HSET', KEYS[3], view, 1000)
+return {1, #view / 2}

@@ -1,0 +1,36 @@
+-- propagate.lua: charge a cost spent outside a wrapped call (a bill that arrives later) to
+-- a context and every ancestor in one atomic step, like a settle: the amounts are added at
+-- every level of the path, and each level that reaches a ceiling is stopped (its event
+-- recorded and the stop broadcast). Nothing is held and no step is counted.
+--
+-- KEYS[1]     bc:{R}:done          hash    charge id -> 'propagated' (a repeated charge,
+--                                          e.g. resent after a lost reply, changes nothing)
+-- KEYS[2]     bc:{R}:nodes:<c>     stream  node records of the charged context
+-- KEYS[3]     bc:{R}:ledger        stream  TokenLedgerUpdated events of the tree
+-- KEYS[4..]   per level of the path, root first, two keys: bc:{R}:ctx:<id> (hash) and
+--             bc:{R}:events:<id> (stream of SafetyEvents)
+-- ARGV[1]     charge id
+-- ARGV[2]     path ids, comma-separated, root first (same order as the levels in KEYS)
+-- ARGV[3]     abort channel (pub/sub, not a key)
+-- ARGV[4]     ledger channel (pub/sub, not a key)
+-- ARGV[5]     node record (JSON, appended to KEYS[2])
+-- ARGV[6]     node stream cap (approximate MAXLEN)
+-- ARGV[7..]   pairs: dimension, amount (integers > 0)
+--
+-- Returns {0} when the charge id was already applied; {-1, level} when a level of the
+-- path does not exist (nothing is written); {1, level, reason, detail, ...} otherwise,
+-- with the levels this charge stopped.
+
+local ids = split(ARGV[2])
+for lv = 1, #ids do
+  if redis.call('EXISTS', KEYS[2 + 2 * lv]) == 0 then return {-1, lv} end
+end
+if redis.call('HSETNX', KEYS[1], 'p:' .. ARGV[1], 'propagated') == 0 then return {0} end
+local amounts = {}
+for i = 7, #ARGV do amounts[#amounts + 1] = ARGV[i] end
+local rec = {c = ids[#ids], p = ids, d = {}}
+local stopped = finish(rec, 4, amounts, false, false, ARGV[3], now_ms(), KEYS[3], ARGV[4])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'n', ARGV[5])
+local out = {1}
+for _, x in ipairs(stopped) do out[#out + 1] = x end
+return out
