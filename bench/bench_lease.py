@@ -10,8 +10,9 @@ One loopback redis-server started here; every figure below comes from this run.
    raw EVALSHA of a trivial script, of wrapped no-ops in lease mode and in strict mode,
    with the Redis CPU per call from INFO commandstats (all commands' usec summed; the main
    thread's INFO cpu alongside, which adds network I/O).
-3. Where strict mode's Redis CPU goes: reserve, settle with and without the node record,
-   each measured alone from commandstats.
+3. Where strict mode's Redis time goes: reserve, settle with and without the node record,
+   each measured alone from commandstats; then reserve.lua dissected (a bare script, the
+   prelude and lib.lua alone, reserve.lua without some of its Redis calls).
 4. Abort to refusal across 8 leasing processes: from ``abort()`` to each process's first
    refused call (all processes on this machine's clock), p50 and max over rounds.
 
@@ -256,30 +257,60 @@ def strict_breakdown(url: str, n: int) -> None:
     for rid in ids[n:]:
         store.finish(path, rid, outcome="ok", node=None, amounts=spent, write_behind=False)
     marks.append((usec(), _main_cpu_us(client)))
-    from coordinator.store.scripts import prelude, script_source
-
-    lib_only = client.register_script(script_source("renew").split("-- renew.lua")[0] +
-                                      "return 1")
-    bare = client.register_script("return 1")
-    assert prelude() in lib_only.script
-    for script in (lib_only, bare):
-        for _ in range(n):
-            script()
-        marks.append((usec(), _main_cpu_us(client)))
-    per = [2 * n, n, n, n, n]
+    per = [2 * n, n, n]
     rows = [((marks[i + 1][0] - marks[i][0]) / per[i], (marks[i + 1][1] - marks[i][1]) / per[i])
-            for i in range(5)]
+            for i in range(3)]
     print(f"\n3. strict mode, where Redis time goes ({n}+ of each alone, depth 1; EVALSHA "
           "usec / main thread CPU, us per op)")
-    names = ("reserve", "settle + node record", "settle, no node record",
-             "prelude + lib.lua only", "bare 'return 1'")
+    names = ("reserve", "settle + node record", "settle, no node record")
     for name, (us, cpu) in zip(names, rows, strict=True):
         print(f"  {name:24s} {us:7.2f} {cpu:7.2f}")
     print(f"  the node record's XADD: {rows[1][0] - rows[2][0]:.2f} / "
           f"{rows[1][1] - rows[2][1]:.2f}; a call without tokens writes no ledger event and "
           "no SafetyEvent")
+    _reserve_dissected(client, store, path, amounts, n)
     ctx.close()
     coord.close()
+
+
+def _reserve_dissected(client: redis.Redis, store: Any, path: Any,
+                       amounts: list[str | int], n: int) -> None:
+    """reserve.lua's EVALSHA usec against the same script without some of its Redis
+    calls, and the usec of the commands it calls: what a ``redis.call`` costs beyond
+    its command."""
+    from coordinator.store.scripts import script_source
+
+    src = script_source("reserve")
+    keys = [store.ks.reservations(path.root), store.ks.leases(path.root),
+            *store._level_keys(path), store.ks.done(path.root)]
+    scan = "redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 8)"
+    record = ("redis.call('HSET', KEYS[1], id, cjson.encode(new_reservation(ids, held, "
+              "ARGV[5] == '1')))")
+    lease = "redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)"
+    assert scan in src and record in src and lease in src
+    variants = {
+        "bare 'return 1', same ARGV": "return 1",
+        "prelude + lib.lua, return 1": src.split("-- reserve.lua")[0] + "return 1",
+        "reserve.lua": src,
+        "  without the expired scan": src.replace(scan, "{}"),
+        "  without the record": src.replace(record, ""),
+        "  without the lease": src.replace(lease, ""),
+        "  without record and lease": src.replace(record, "").replace(lease, ""),
+    }
+    print("  reserve.lua dissected (EVALSHA usec / usec of the commands it calls, us):")
+    for name, text in variants.items():
+        script = client.register_script(text)
+        client.delete(keys[0], keys[1])
+        client.config_resetstat()
+        for i in range(n):
+            script(keys=keys, args=[f"dissect{name[:6]}{i}", 60_000, ",".join(path.ids),
+                                    "ch", "0", *amounts])
+        stats = {k.removeprefix("cmdstat_"): float(v["usec"])
+                 for k, v in client.info("commandstats").items()}
+        inner = sum(v for k, v in stats.items()
+                    if k not in ("evalsha", "eval", "info") and not k.startswith(
+                        ("config", "script")))
+        print(f"    {name:30s} {stats.get('evalsha', 0.0) / n:7.2f} {inner / n:7.2f}")
 
 
 # -- 4. abort to refusal ------------------------------------------------------------------
