@@ -287,3 +287,40 @@ def test_a_timeout_ends_the_slice(coord: Coordinator) -> None:
     assert root.wrap_llm_call(lambda: None) == Decision.HALT
     root.close()
     check_tree(coord.client, root.chain_id)
+
+
+def test_token_slices_cover_token_estimates(coord: Coordinator) -> None:
+    from coordinator import TokenBudget
+
+    client = coord.client
+    config = ExecutionConfig(max_cost_usd=10.0, max_steps=10_000, max_retries_total=10,
+                             token_budget=TokenBudget(total=10_000),
+                             lease=LeasePolicy(usd=1.0, tokens=4000))
+    root = ExecutionContext(config)
+    opts = WrapOptions(cost_estimate_hint=0.001, input_tokens_estimate=100,
+                       max_output_tokens=100)
+    allowed = 0
+    while root.wrap_llm_call(lambda: report_usage(input_tokens=100, output_tokens=100),
+                             opts) == Decision.ALLOW:
+        allowed += 1
+        if allowed == 1:  # served from a slice of tokens (near the ceiling: strict)
+            lease = slice_of(root._state)
+            assert lease is not None and lease.slice_id is not None
+            assert _hash(client, root.chain_id, root.chain_id)["h:tin"] == 1250
+        assert allowed <= 50
+    # the token total (10,000 = 50 calls of 200) was reached, not exceeded
+    assert allowed == 50 and root.stop_reason == "token_budget_exceeded"
+    h = _hash(client, root.chain_id, root.chain_id)
+    assert h["u:tin"] + h["u:tout"] == 10_000
+    # a call with a provider reserves provider dimensions: a strict reserve
+    other = ExecutionContext(config)
+    assert other.wrap_llm_call(
+        lambda: report_usage(input_tokens=10, output_tokens=10, provider="openai"),
+        WrapOptions(cost_estimate_hint=0.001, input_tokens_estimate=10,
+                    max_output_tokens=10, provider="openai")) == Decision.ALLOW
+    other_lease = slice_of(other._state)
+    assert other_lease is not None and other_lease.slice_id is None
+    other.close()
+    root.close()
+    check_tree(client, root.chain_id)
+    check_tree(client, other.chain_id)
