@@ -77,7 +77,7 @@ class LeaseSlice:
         """A stop reached this process: no call is served from the slice any more; it is
         given back at once (or when the calls in flight finish)."""
         self.stopped = reason
-        if self.inflight == 0:
+        if self.inflight == 0 and self.pid == os.getpid():
             self.coord.call_later(0, self._give_back_now)
 
     # -- serving -------------------------------------------------------------------------
@@ -200,7 +200,10 @@ class LeaseSlice:
 
     def flush(self, *, give_back: bool = False) -> list[Stop]:
         """Write the batch now (one round trip); with ``give_back`` also return the rest
-        of the slice. When Redis is away the write stays queued on the wire."""
+        of the slice. When Redis is away the write stays queued on the wire. A forked
+        child never writes its parent's slice (it takes its own)."""
+        if self.pid != os.getpid():
+            return []
         with self._flush_lock:
             with self._lock:
                 batch = self._take_batch()
