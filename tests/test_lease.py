@@ -72,10 +72,11 @@ def test_calls_served_from_a_slice_then_flushed(coord: Coordinator) -> None:
         for level in (root.chain_id, kid.chain_id):
             h = _hash(client, root.chain_id, level)
             assert h["h:usd"] == 100_000 and h["h:steps"] == 50 and "u:usd" not in h
-        lease.flush()
+        # the handle reads its own writes: its snapshot flushes the batch first
+        snap = kid.get_snapshot()
+        assert len(snap.nodes) == 10 and snap.cost_usd_accumulated == pytest.approx(0.03)
         h = _hash(client, root.chain_id, kid.chain_id)
         assert h["u:usd"] == 30_000 and h["u:steps"] == 10
-        assert len(kid.get_snapshot().nodes) == 10
         kid.close()
         h = _hash(client, root.chain_id, root.chain_id)
         assert h["h:usd"] == 0 and h["h:steps"] == 0 and h["u:usd"] == 30_000

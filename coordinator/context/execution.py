@@ -45,7 +45,7 @@ from .call import Outcome, active_call
 from .cancellation import CancellationToken
 from .charging import propagate_child_cost
 from .data_members import ContextDataMembers
-from .lease_registry import end_lease
+from .lease_registry import end_lease, flush_lease
 from .ledger import TokenLedger
 from .opening import attach_state, check_type, mint_token, open_state, token_state
 from .reading import active_limits, limit_error, load_snapshot, snapshot
@@ -458,6 +458,7 @@ class ExecutionContext(ContextDataMembers):
 
     def limits(self) -> ActiveLimits:
         """The limits in force here: the tightest over this context and its ancestors."""
+        flush_lease(self._state)
         return active_limits(self._state)
 
     @property
@@ -470,7 +471,9 @@ class ExecutionContext(ContextDataMembers):
     def get_snapshot(self) -> ContextSnapshot:
         """The context's current state, read from Redis (after this process's queued
         writes). When Redis is unreachable, the last snapshot read (with the events
-        recorded since) is returned."""
+        recorded since) is returned. In lease mode, the calls served from this handle's
+        slice are written first."""
+        flush_lease(self._state)
         return snapshot(self._state)
 
     def __repr__(self) -> str:

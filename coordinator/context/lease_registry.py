@@ -8,6 +8,7 @@ import os
 import threading
 import weakref
 
+from ..store.errors import UNAVAILABLE
 from .lease import LeaseSlice
 from .state import ContextState
 
@@ -47,6 +48,17 @@ def end_lease(state: ContextState) -> None:
     if found is not None:
         found.close()
         state.coord.unregister(found)
+
+
+def flush_lease(state: ContextState) -> None:
+    """Write the calls served from a handle's slice now, so that what this process reads
+    next includes them (no-op in strict mode, or with nothing to write)."""
+    found = _slices.get(state)
+    if found is not None:
+        try:
+            found.flush()
+        except UNAVAILABLE:  # the read that follows reports it
+            pass
 
 
 def _give_back_all() -> None:
