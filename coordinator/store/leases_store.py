@@ -107,7 +107,9 @@ class LeaseStore:
         for dim, amount in batch.spent.items():
             if amount:
                 args += [dim, amount]
-        return Op("lease_flush", self._keys(path), args)
+        # a give-back ends the slice's lease renewal once it lands (if it was queued)
+        return Op("lease_flush", self._keys(path), args,
+                  reservation_id=slice_id if give_back and slice_id else None)
 
     def take_and_flush(self, ops: Sequence[Op]) -> list[Any]:
         """Run ops in one round trip (a flush of the old slice, then the take of a new
