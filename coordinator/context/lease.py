@@ -43,7 +43,9 @@ class LeaseSlice:
         self.path = path
         self.policy = policy
         self.leases = LeaseStore(coord.store)
-        self.max_age_s = policy.max_age_ms / 1000
+        # at most half the coordinator's lease: a slice is given back (its batches
+        # written) well before Redis could think its process dead and reclaim it
+        self.max_age_s = min(policy.max_age_ms, coord.store.lease_ms // 2) / 1000
         self.want: dict[str, int] = {"usd": round(policy.usd * 1_000_000),
                                      "steps": policy.steps}
         if policy.tokens is not None:
