@@ -157,7 +157,7 @@ def test_sigkilled_process_slice_is_reclaimed(coord: Coordinator, redis_url: str
     root = ExecutionContext(_cfg(1.0, LeasePolicy(usd=0.2, steps=50)))
     ready = SPAWN.Event()
     p = SPAWN.Process(target=lease_procs.hold_slice,
-                      args=(redis_url, root.token, 800, ready))
+                      args=(redis_url, root.token, 2000, ready))
     p.start()
     assert ready.wait(60)
     h = _hash(client, root.chain_id, root.chain_id)
@@ -165,7 +165,7 @@ def test_sigkilled_process_slice_is_reclaimed(coord: Coordinator, redis_url: str
     assert client.scard(KS.slices(root.chain_id)) == 1
     os.kill(p.pid, signal.SIGKILL)
     p.join(10)
-    time.sleep(1.0)  # the lease (800 ms) is no longer renewed
+    time.sleep(2.2)  # the lease (2 s) is no longer renewed
     # the next reserve in the tree reaps it: flushed spend stays charged, the rest returns
     strict_kid = root.spawn_child(lease=False)
     assert strict_kid.wrap_llm_call(lambda: report_usage(cost_usd=0.01),
@@ -173,6 +173,9 @@ def test_sigkilled_process_slice_is_reclaimed(coord: Coordinator, redis_url: str
     strict_kid.close()
     h = _hash(client, root.chain_id, root.chain_id)
     assert h["u:usd"] == 60_000 and h["h:usd"] == 0
+    reclaimed = [f for _, f in client.xrange(KS.nodes(root.chain_id, root.chain_id))
+                 if "(lease slice reclaimed)" in f["n"]]
+    assert len(reclaimed) == 1  # reclaimed by the expiry, not given back by its process
     root.close()
     check_tree(client, root.chain_id)
 
