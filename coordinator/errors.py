@@ -59,6 +59,22 @@ class BackendUnavailableError(BudgetCoordinatorError, ConnectionError):
         super().__init__(f"Redis unavailable during {operation}: {cause}")
 
 
+class TopologySettingError(BudgetCoordinatorError, ValueError):
+    """A topology setting that cannot work (durability, replicas, WAIT timeout):
+    ``setting`` names it, ``value`` is what was given, the message says why."""
+
+    def __init__(self, setting: str, value: object, why: str) -> None:
+        self.setting, self.value = setting, value
+        super().__init__(f"{setting}={value!r}: {why}")
+
+
+class TopologyURLError(TopologySettingError):
+    """A Redis URL this project cannot connect with (``value`` is the URL part)."""
+
+    def __init__(self, value: object, why: str) -> None:
+        super().__init__("url", value, why)
+
+
 class TokenError(BudgetCoordinatorError, ValueError):
     """A context token was rejected. Nothing was charged."""
 

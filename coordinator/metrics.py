@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("coordinator.metrics")
 
 EVENT_TYPE = "TokenLedgerUpdated"
+ORPHAN_EVENT_TYPE = "SettleOrphaned"
+"""A settle that found no reservation (settle.lua): ``budget_orphan_settles_total``."""
 NO_PROVIDER = "none"
 """The ``provider`` label of tokens that named no provider."""
 DIRECTIONS = ("input", "output")
@@ -92,11 +94,17 @@ class PrometheusLedgerObserver:
                               ["provider", "direction"], registry=registry)
         self.cost = Counter("budget_cost_usd", "USD charged for LLM calls under a budget",
                             ["provider"], registry=registry)
+        self.orphans = Counter("budget_orphan_settles", "Settles that found no reservation "
+                               "(lost in a failover); charged: to the context's path",
+                               ["charged"], registry=registry)
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
         """Count one event. Returns False for an event that consumed nothing (another
         type, or a reservation); raises :class:`~coordinator.errors.InvalidUsageError`
         for a malformed ledger event, counting nothing."""
+        if isinstance(event, Mapping) and event.get("type") == ORPHAN_EVENT_TYPE:
+            self.orphans.labels(charged=str(bool(event.get("charged"))).lower()).inc()
+            return True
         if not isinstance(event, Mapping) or event.get("type") != EVENT_TYPE:
             return False
         if "delta" not in event:

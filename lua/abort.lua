@@ -19,8 +19,11 @@ if not v[1] then return {-1} end
 if v[1] ~= 'running' then return {0, v[2] or v[1]} end
 local now = now_ms()
 if ARGV[1] == 'timeout' then
-  local deadline = tonumber(v[3] or '0')
-  if deadline == 0 or now < deadline then return {2, deadline - now} end
+  -- a corrupt deadline counts as passed (fail closed)
+  local deadline = stored_num(v[3])
+  if deadline ~= false and (deadline == nil or deadline == 0 or now < deadline) then
+    return {2, (deadline or 0) - now}
+  end
 end
 stop_level(KEYS[1], KEYS[2], ARGV[5], ARGV[4], ARGV[3], ARGV[1], ARGV[2], now)
 return {1}

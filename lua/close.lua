@@ -5,8 +5,8 @@
 -- KEYS[3]     bc:{R}:events:<id>  stream  its SafetyEvents (the summary is appended here)
 -- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>, its context data
 --             (bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id>); for a root also
---             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done, bc:{R}:checkpoints,
---             bc:{R}:chain
+--             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done, bc:{R}:fin,
+--             bc:{R}:checkpoints, bc:{R}:chain
 -- ARGV[1]     retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
@@ -31,7 +31,8 @@ end
 -- its context data are refused from then on: data_lib.lua).
 redis.call('HSETNX', KEYS[1], 'closed_ms', now)
 
-local function n(field) return tonumber(h[field] or '0') end
+-- the summary reports a corrupt number as 0 (a close never fails on it)
+local function n(field) return stored_num(h[field]) or 0 end
 local function tokens(prefix)
   local input, output = n('u:' .. prefix .. 'tin'), n('u:' .. prefix .. 'tout')
   return {input = input, output = output, total = input + output,

@@ -25,7 +25,8 @@
 -- A slice already reclaimed (its process was thought dead) is charged all the same, with
 -- no hold to shrink.
 -- Returns {1, level, reason, detail, ...} with the levels this flush stopped; {0} when
--- the batch was already applied.
+-- the batch was already applied; {3, level, 'state_corrupt', detail} when a counter on
+-- the path is corrupt (lib.lua finish): nothing was charged, the slice stays held.
 
 local n, m = tonumber(ARGV[8]), tonumber(ARGV[9])
 local actual = {}
@@ -59,7 +60,13 @@ if rec then
     end
   end
 end
-local stopped = finish(part, 5, actual, false, false, ARGV[2], now_ms(), KEYS[4], ARGV[3])
+local ok, stopped = finish(part, 5, actual, false, false, ARGV[2], now_ms(), KEYS[4],
+                          ARGV[3])
+if not ok then  -- a corrupt counter: nothing charged, its level stopped, the slice kept
+  local out = {3}
+  for _, x in ipairs(stopped) do out[#out + 1] = x end
+  return out
+end
 local nodes_key, events_key = KEYS[3], KEYS[#KEYS - 1]
 for i = 10, 9 + n do
   redis.call('XADD', nodes_key, 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[i])

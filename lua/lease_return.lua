@@ -14,7 +14,8 @@
 -- ARGV[3]     node stream cap (approximate MAXLEN)
 --
 -- Idempotent: a slice already returned or reclaimed changes nothing.
--- Returns 1 when the slice was reclaimed, 0 when it was already gone.
+-- Returns 1 when the slice was reclaimed, 0 when it was already gone (or a counter on its
+-- path is corrupt: lib.lua finish stops that level and the slice stays held).
 
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
@@ -23,7 +24,8 @@ if not raw then
   return 0
 end
 local rec = cjson.decode(raw)
-finish(rec, 5, {}, false, false, '', now_ms(), KEYS[4], '')
+local ok = finish(rec, 5, {}, false, false, '', now_ms(), KEYS[4], '')
+if not ok then return 0 end  -- a corrupt counter: its level is stopped, the slice stays
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[#KEYS], ARGV[1])

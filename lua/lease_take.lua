@@ -17,7 +17,7 @@
 -- ARGV[6]     how long an owner counts after asking, in ms
 -- ARGV[7..]   triples: dimension, amount wanted, least amount worth taking (integers)
 --
--- A level that is not running, past its deadline, or that cannot spare the least amount
+-- A level that is not running (or holds a corrupt number), past its deadline, or that cannot spare the least amount
 -- of a dimension refuses the slice and changes nothing (the caller then takes a strict
 -- reserve, which reports and records the stop). A token total limits tin + tout.
 -- The record is new_reservation's (lib.lua) with s = 1 (a slice); a lease expiry reclaims
@@ -61,13 +61,18 @@ local values = {}
 for lv = 1, levels do
   local v = redis.call('HMGET', KEYS[lv + 4], unpack(fields))
   if v[1] ~= 'running' then return {0, now, 'not running'} end
-  local deadline = tonumber(v[2] or '0')
+  -- a corrupt field refuses the slice: the strict reserve that follows stops the level
+  -- (state_corrupt, lib.lua)
+  for i = 2, #v do
+    if stored_num(v[i]) == false then return {0, now, 'corrupt ' .. fields[i]} end
+  end
+  local deadline = stored_num(v[2]) or 0
   if deadline > 0 and now >= deadline then return {0, now, 'deadline passed'} end
   for j = 1, #dims do
     local base = 2 + (j - 1) * 3
-    local limit = tonumber(v[base + 1])
+    local limit = stored_num(v[base + 1])
     if limit then
-      local left = limit - tonumber(v[base + 2] or '0') - tonumber(v[base + 3] or '0')
+      local left = limit - (stored_num(v[base + 2]) or 0) - (stored_num(v[base + 3]) or 0)
       local cap = math.floor(left * share)
       if cap < grant[j] then grant[j] = cap end
       if left < least[j] then return {0, now, dims[j] .. ' too low'} end
@@ -75,10 +80,10 @@ for lv = 1, levels do
   end
   for i, t in ipairs(totals) do
     local at = extra[i]
-    local limit = tonumber(v[at])
+    local limit = stored_num(v[at])
     if limit then
       local left = limit
-      for k = 1, 4 do left = left - tonumber(v[at + k] or '0') end
+      for k = 1, 4 do left = left - (stored_num(v[at + k]) or 0) end
       local cap = math.floor(left * share / 2)
       for j, d in ipairs(dims) do
         if (d == t[2] or d == t[3]) and cap < grant[j] then grant[j] = cap end
@@ -105,7 +110,7 @@ for lv = 1, levels do
     if grant[j] > 0 then
       local base = 2 + (j - 1) * 3
       set[#set + 1] = fields[base + 3]
-      set[#set + 1] = tonumber(values[lv][base + 3] or '0') + grant[j]
+      set[#set + 1] = (stored_num(values[lv][base + 3]) or 0) + grant[j]
     end
   end
   if #set > 0 then redis.call('HSET', KEYS[lv + 4], unpack(set)) end

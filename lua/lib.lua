@@ -13,6 +13,33 @@
 -- <provider>.tin / <provider>.tout. A total is the sum of its two directions: ttot and
 -- <provider>.ttot have a limit (l:) but no counters of their own.
 
+-- Stored numbers are checked before they are used: a limit, counter or deadline that is
+-- not a non-negative integer ('abc', '', '1e999', '-5', '1.5') is corrupt state. The level
+-- holding it is stopped with reason state_corrupt (fail closed): it never lifts a ceiling
+-- and never makes a script raise.
+local MAX_EXACT = 9007199254740992  -- 2^53: integers above it are not exact in Lua
+
+-- The number stored in a field (an HMGET value): nil when absent, false when corrupt.
+local function stored_num(v)
+  if v == nil or v == false then return nil end
+  local n = tonumber(v)
+  if n == nil or n ~= n or n < 0 or n >= MAX_EXACT or math.floor(n) ~= n then
+    return false
+  end
+  return n
+end
+
+-- values[i] (field name) as a number, default when absent; nil and the reason when corrupt.
+local function checked(values, i, field, default)
+  local n = stored_num(values[i])
+  if n == false then
+    local shown = string.sub(tostring(values[i]), 1, 40)
+    return nil, 'field ' .. field .. ' holds ' .. cjson.encode(shown) .. ', not a number'
+  end
+  if n == nil then return default end
+  return n
+end
+
 -- The reservation record kept in bc:{R}:res for each open reservation (decoded in Python
 -- by coordinator/store/records.py, ReservationRecord): c = the context id that reserved,
 -- p = the path ids root first, d = the held amounts {dim, amount, ...}, k = 1 when the
@@ -118,8 +145,11 @@ end
 -- Finishes a reservation at every level of its path: drops the holds, adds the actual
 -- amounts (actual = flat {dim, amount, ...}), counts the step (ok) or the retry (error),
 -- then stops each level that reached a ceiling (a token total: its two directions).
--- One HMGET and one HSET per level. Returns {level, reason, detail, ...} of the levels
--- this call stopped.
+-- Every level is read and checked before anything is written: a corrupt counter (used or
+-- held, which the finish must add to) makes it change nothing but stop that level
+-- (state_corrupt); a corrupt limit still takes the charge and stops its level.
+-- Returns ok (false: nothing was written but those stops) and {level, reason, detail, ...}
+-- of the levels this call stopped.
 -- KEYS[first + 2(i-1)] and the key after it are the context hash and the event stream
 -- of rec.p[i]. When tokens were consumed, a TokenLedgerUpdated event is appended to the
 -- tree's ledger stream and published on the ledger channel.
@@ -154,71 +184,158 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     fields[3 * j - 2], fields[3 * j - 1], fields[3 * j] = 'l:' .. d, 'u:' .. d, 'h:' .. d
   end
   for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
-  local stopped = {}
   local root = rec.p[1]
   local caller_used = {}
+  local plan, broken = {}, {}
   for lv = 1, #rec.p do
-    local key, events_key = KEYS[first + 2 * (lv - 1)], KEYS[first + 2 * (lv - 1) + 1]
+    local key = KEYS[first + 2 * (lv - 1)]
     local v = redis.call('HMGET', key, unpack(fields))
-    local set, hit, used = {}, nil, {}
+    local set, hit, used, bad = {}, nil, {}, nil
     for j, d in ipairs(dims) do
-      local limit = tonumber(v[3 * j - 2])
-      used[d] = tonumber(v[3 * j - 1] or '0')
-      if dheld[d] ~= 0 then
+      local limit, bad_limit = checked(v, 3 * j - 2, fields[3 * j - 2], nil)
+      local u, bad_used = checked(v, 3 * j - 1, fields[3 * j - 1], 0)
+      local h, bad_held = checked(v, 3 * j, fields[3 * j], 0)
+      bad = bad or bad_used or bad_held
+      if bad_limit and hit == nil then hit = {'state_corrupt', bad_limit} end
+      used[d] = u
+      if dheld[d] ~= 0 and h then
         set[#set + 1] = fields[3 * j]
-        set[#set + 1] = tonumber(v[3 * j] or '0') + dheld[d]
+        set[#set + 1] = h + dheld[d]
       end
-      if dused[d] ~= 0 then
-        used[d] = used[d] + dused[d]
+      if dused[d] ~= 0 and u then
+        used[d] = u + dused[d]
         set[#set + 1] = fields[3 * j - 1]
         set[#set + 1] = used[d]
         if hit == nil and limit and used[d] >= limit then
-          hit = {d, 'dimension ' .. d .. ' at ' .. amount_text(d, used[d]) ..
+          hit = {reason_for(d), 'dimension ' .. d .. ' at ' .. amount_text(d, used[d]) ..
                  ' reached its limit ' .. amount_text(d, limit)}
         end
       end
     end
     for i, t in ipairs(totals) do
-      local limit = tonumber(v[3 * #dims + i])
-      if hit == nil and limit and dused[t[2]] + dused[t[3]] > 0 then
+      local limit, bad_limit = checked(v, 3 * #dims + i, t[4], nil)
+      if bad_limit and hit == nil then hit = {'state_corrupt', bad_limit} end
+      if hit == nil and not bad and limit and dused[t[2]] + dused[t[3]] > 0 then
         local total = used[t[2]] + used[t[3]]
         if total >= limit then
           local name = t[1] .. 'ttot'
-          hit = {name, 'dimension ' .. name .. ' at ' .. total .. ' reached its limit ' .. limit}
+          hit = {reason_for(name),
+                 'dimension ' .. name .. ' at ' .. total .. ' reached its limit ' .. limit}
         end
       end
     end
+    if bad then broken[#broken + 1] = {lv, bad} end
     if lv == #rec.p then caller_used = used end
-    if #set > 0 then redis.call('HSET', key, unpack(set)) end
-    if hit and stop_level(key, events_key, rec.p[lv], root, channel, reason_for(hit[1]),
-                          hit[2], now) then
+    plan[lv] = {key, KEYS[first + 2 * (lv - 1) + 1], set, hit}
+  end
+  local stopped = {}
+  local function stop(lv, reason, detail)
+    if stop_level(plan[lv][1], plan[lv][2], rec.p[lv], root, channel, reason, detail, now) then
       stopped[#stopped + 1] = lv
-      stopped[#stopped + 1] = reason_for(hit[1])
-      stopped[#stopped + 1] = hit[2]
+      stopped[#stopped + 1] = reason
+      stopped[#stopped + 1] = detail
     end
   end
+  if #broken > 0 then
+    for _, b in ipairs(broken) do stop(b[1], 'state_corrupt', b[2]) end
+    return false, stopped
+  end
+  for lv = 1, #rec.p do
+    local set, hit = plan[lv][3], plan[lv][4]
+    if #set > 0 then redis.call('HSET', plan[lv][1], unpack(set)) end
+    if hit then stop(lv, hit[1], hit[2]) end
+  end
   ledger_update(rec, totals, dused, caller_used, now, ledger_key, ledger_channel)
-  return stopped
+  return true, stopped
+end
+
+-- Finished reservation ids (KEYS[#KEYS - 1], a zset by Redis ms) are kept at least this
+-- long, so a settle repeated within it (a write-behind retry, a reply lost in a failover)
+-- changes nothing.
+local FINISHED_KEEP_MS = 3600000
+-- The ids older than that are trimmed by about one finish in this many (those whose
+-- Redis ms is a multiple of it): the others only add theirs. An id is kept longer, never
+-- shorter, so the trim's rate does not touch the guarantee; the root's close expires it.
+local FINISHED_TRIM_EVERY = 16
+-- How long the record of a settle whose tree does not exist here is kept (7 days).
+local ORPHAN_RECORD_KEEP_S = 604800
+
+-- The ids of the path whose context hashes are the KEYS first, first + 2, ..., read from
+-- the hashes themselves (a settle whose reservation is not here); nil when one is missing.
+local function path_from_keys(first, levels)
+  local ids = {}
+  for lv = 1, levels do
+    local id = redis.call('HGET', KEYS[first + 2 * (lv - 1)], 'id')
+    if not id then return nil end
+    ids[lv] = id
+  end
+  return ids
+end
+
+-- Records a settle or release that found no reservation and no trace of its finish (the
+-- reservation was lost, e.g. in a failover before it reached the replica): a
+-- SettleOrphaned event on the tree's ledger stream and channel (metrics count it), with
+-- the amounts and whether they were charged to the path.
+local function orphan_event(id, ids, charged, amounts, now, ledger_key, ledger_channel)
+  local flat = {}
+  for i = 1, #amounts, 2 do flat[amounts[i]] = tonumber(amounts[i + 1]) end
+  local event = cjson.encode({type = 'SettleOrphaned', reservation_id = id,
+                              path = ids or {}, charged = charged, amounts = flat, ts = now})
+  redis.call('XADD', ledger_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
+  redis.call('PUBLISH', ledger_channel, event)
 end
 
 -- The body of settle.lua and release.lua (their KEYS/ARGV layout): take the open
--- reservation ARGV[1] (none: {0}, it already finished), remember a keyed one's outcome,
--- finish it with the amounts in ARGV[amounts_from..], append the node record, and return
--- {1, level, reason, detail, ...} for the levels it stopped.
+-- reservation ARGV[1], remember that it finished (and a keyed one's outcome), finish it
+-- with the amounts in ARGV[amounts_from..], append the node record, and return
+-- {1, level, reason, detail, ...} for the levels it stopped. An id that already finished
+-- returns {0} and changes nothing. An id never held here (lost in a failover) is charged
+-- to the path in KEYS all the same: {4, level, reason, detail, ...}; {5} when that path
+-- does not exist here either (recorded, not charged). {3, level, 'state_corrupt', detail}:
+-- a counter on the path is corrupt, nothing was charged, the reservation stays held.
 local function close_reservation(outcome, step, retry, amounts_from)
-  local rec = redis.call('HGET', KEYS[1], ARGV[1])
-  if not rec then return {0} end
-  rec = cjson.decode(rec)
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  if rec.k then redis.call('HSET', KEYS[#KEYS], ARGV[1], outcome) end
+  local first, id = 5, ARGV[1]
+  local finished, done = KEYS[#KEYS - 1], KEYS[#KEYS]
   local amounts = {}
   for i = amounts_from, #ARGV do amounts[#amounts + 1] = ARGV[i] end
-  local stopped = finish(rec, 5, amounts, step, retry, ARGV[2], now_ms(), KEYS[4], ARGV[5])
-  if ARGV[3] ~= '' then
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[3])
+  local now = now_ms()
+  local code = 1
+  local rec = redis.call('HGET', KEYS[1], id)
+  if rec then
+    rec = cjson.decode(rec)
+  else
+    if redis.call('ZSCORE', finished, id) or redis.call('HEXISTS', done, id) == 1 then
+      return {0}
+    end
+    if #amounts == 0 and not step and not retry then  -- nothing to charge: remember it
+      redis.call('ZADD', finished, now, id)
+      return {0}
+    end
+    local ids = path_from_keys(first, (#KEYS - first - 1) / 2)
+    if ids == nil then
+      -- the tree is gone here: its ledger stream keeps the record a week, not forever
+      local fresh = redis.call('EXISTS', KEYS[4]) == 0
+      orphan_event(id, nil, false, amounts, now, KEYS[4], ARGV[5])
+      if fresh then redis.call('EXPIRE', KEYS[4], ORPHAN_RECORD_KEEP_S) end
+      return {5}
+    end
+    rec, code = new_reservation(ids, {}, false), 4
   end
-  local out = {1}
+  local ok, stopped = finish(rec, first, amounts, step, retry, ARGV[2], now, KEYS[4], ARGV[5])
+  if not ok then code = 3 else
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('ZADD', finished, now, id)
+    if now % FINISHED_TRIM_EVERY == 0 then
+      redis.call('ZREMRANGEBYSCORE', finished, '-inf', now - FINISHED_KEEP_MS)
+    end
+    if rec.k then redis.call('HSET', done, id, outcome) end
+    if code == 4 then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
+    if ARGV[3] ~= '' then
+      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[3])
+    end
+  end
+  local out = {code}
   for _, x in ipairs(stopped) do out[#out + 1] = x end
   return out
 end

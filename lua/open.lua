@@ -18,7 +18,9 @@
 -- Every ancestor must exist with the recorded path (a token cannot graft a context onto
 -- another tree). The effective deadline is the earliest of the timeout, the absolute
 -- deadline and every ancestor's. A child opened under a stopped ancestor, or past its
--- deadline, is created and halts on first use; the stop is reported at once.
+-- deadline, is created and halts on first use; the stop is reported at once. An ancestor
+-- with a corrupt limit, counter or deadline is reported as stopped (state_corrupt) and
+-- leaves the child nothing to inherit (its next reserve stops that ancestor).
 -- Returns {1, deadline_ms, created_ms, clamped_csv, usd, steps, retries, stop_reason,
 --          stopped_by} (the effective limits of the three base dimensions, -1 when
 --          unlimited; stop_reason '' when nothing above is stopped),
@@ -68,19 +70,31 @@ for a = 1, nanc do
   if h.status ~= 'running' and stop_reason == '' then
     stop_reason, stopped_by = h.reason or h.status, ids[a]
   end
-  tighten(h.deadline)
+  -- a corrupt number above: the new context reports that level stopped (state_corrupt)
+  -- and inherits nothing from it (what remains there counts as 0)
+  local corrupt = nil
+  local function num(field, default)
+    local n, bad = checked({h[field]}, 1, field, default)
+    corrupt = corrupt or bad
+    return n
+  end
+  tighten(num('deadline', 0))
   for _, d in ipairs(dims) do
-    local lim = tonumber(h['l:' .. d])
-    if lim then
+    local lim = num('l:' .. d, nil)
+    if corrupt == nil and lim then
       local left = lim
       for _, c in ipairs(counted[d]) do
-        left = left - tonumber(h['u:' .. c] or '0') - tonumber(h['h:' .. c] or '0')
+        local used, held = num('u:' .. c, 0), num('h:' .. c, 0)
+        if corrupt then break end
+        left = left - used - held
       end
       if left < 0 then left = 0 end
       if above[d] == nil or left < above[d] then above[d] = left end
       if a == nanc then parent[d] = lim end
     end
+    if corrupt then above[d], parent[d] = 0, 0 end
   end
+  if corrupt and stop_reason == '' then stop_reason, stopped_by = 'state_corrupt', ids[a] end
 end
 if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = 'timeout' end
 

@@ -17,9 +17,12 @@
 -- ARGV[6]     node stream cap (approximate MAXLEN)
 -- ARGV[7..]   pairs: dimension, amount (integers > 0)
 --
+-- Every level is checked before anything is written (see finish in lib.lua).
 -- Returns {0} when the charge id was already applied; {-1, level} when a level of the
--- path does not exist (nothing is written); {1, level, reason, detail, ...} otherwise,
--- with the levels this charge stopped.
+-- path does not exist (nothing is written); {3, level, 'state_corrupt', detail, ...}
+-- when a counter on the path is corrupt (nothing charged, the charge id not recorded,
+-- the level stopped); {1, level, reason, detail, ...} otherwise, with the levels this
+-- charge stopped.
 
 local ids = split(ARGV[2])
 for lv = 1, #ids do
@@ -28,9 +31,14 @@ end
 if redis.call('HSETNX', KEYS[1], 'p:' .. ARGV[1], 'propagated') == 0 then return {0} end
 local amounts = {}
 for i = 7, #ARGV do amounts[#amounts + 1] = ARGV[i] end
-local rec = {c = ids[#ids], p = ids, d = {}}
-local stopped = finish(rec, 4, amounts, false, false, ARGV[3], now_ms(), KEYS[3], ARGV[4])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'n', ARGV[5])
-local out = {1}
+local rec = new_reservation(ids, {}, false)
+local ok, stopped = finish(rec, 4, amounts, false, false, ARGV[3], now_ms(), KEYS[3], ARGV[4])
+local out = {3}
+if ok then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'n', ARGV[5])
+  out = {1}
+else
+  redis.call('HDEL', KEYS[1], 'p:' .. ARGV[1])  -- not applied: a later send may apply it
+end
 for _, x in ipairs(stopped) do out[#out + 1] = x end
 return out

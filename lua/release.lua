@@ -7,6 +7,7 @@
 -- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
 -- KEYS[5..]   per level of the reservation's path, root first (as reserved), two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
+-- KEYS[last-1] bc:{R}:fin     zset  finished reservation ids by Redis ms (at least an hour)
 -- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
 -- ARGV[1]     reservation id
 -- ARGV[2]     abort channel (pub/sub, not a key)
@@ -16,7 +17,10 @@
 -- ARGV[6]     'error' (the call raised: count a retry) or 'skip' (it did not fail)
 -- ARGV[7..]   pairs: dimension, amount spent before the failure (integers >= 0)
 --
--- Idempotent like settle.lua.
--- Returns {0} when the reservation is not open; {1, level, reason, detail, ...} otherwise.
+-- Idempotent, checked before it writes, and never silent about a lost reservation, like
+-- settle.lua.
+-- Returns the replies of settle.lua: {0} already finished; {1, level, reason, detail, ...};
+--         {4, ...} never held here, charged to the path; {5} nor its path, recorded;
+--         {3, level, 'state_corrupt', detail} nothing charged, the reservation kept.
 
 return close_reservation(ARGV[6], false, ARGV[6] == 'error', 7)

@@ -16,7 +16,8 @@
 -- Every level is checked (status, deadline in Redis time, each dimension's limit against
 -- used + held + amount, each token total's limit against the sum of its two directions)
 -- before anything is written, so a refusal changes nothing but the stop of a level that is
--- past a limit for good (deadline passed, or used already at the ceiling). The retry
+-- past a limit for good (deadline passed, or used already at the ceiling), or whose limit,
+-- counter or deadline field is not a valid number (state_corrupt: fail closed). The retry
 -- budget needs no check here: the release that spends the last retry stops the level.
 --
 -- Returns {1, now_ms, expired_id, expired_json, ...} when held (with up to 8 reservations
@@ -76,6 +77,12 @@ local function refuse(lv, key, events_key, d, limit, used, held, amount)
   return {0, lv, reason_for(d), detail, 0, now}
 end
 
+-- The refusal at level lv whose stored state is corrupt: the level stops (fail closed).
+local function corrupt(lv, key, events_key, detail)
+  stop_level(key, events_key, ids[lv], root, channel, 'state_corrupt', detail, now)
+  return {0, lv, 'state_corrupt', detail, 1, now}
+end
+
 local levels = (#KEYS - 3) / 2
 local holds = {}     -- per level: the HSET arguments that add the amounts to its holds
 for lv = 1, levels do
@@ -86,7 +93,16 @@ for lv = 1, levels do
     local reason = redis.call('HGET', key, 'reason') or v[1]
     return {0, lv, reason, 'stopped: ' .. reason, 1, now}
   end
-  local deadline = tonumber(v[2] or '0')
+  -- every number of the level is checked before any is used (fail closed on corruption)
+  local n = {}
+  for i = 2, #fields do
+    local default = 0
+    if string.sub(fields[i], 1, 2) == 'l:' then default = nil end
+    local value, bad = checked(v, i, fields[i], default)
+    if bad then return corrupt(lv, key, events_key, bad) end
+    n[i] = value
+  end
+  local deadline = n[2]
   if deadline > 0 and now >= deadline then
     local detail = 'deadline passed ' .. (now - deadline) .. ' ms ago'
     stop_level(key, events_key, ids[lv], root, channel, 'timeout', detail, now)
@@ -95,9 +111,8 @@ for lv = 1, levels do
   local set, used, held = {}, {}, {}
   for j, d in ipairs(dims) do
     local base = 2 + (j - 1) * 3
-    local u, h, amount = tonumber(v[base + 2] or '0'), tonumber(v[base + 3] or '0'), amounts[j]
+    local limit, u, h, amount = n[base + 1], n[base + 2], n[base + 3], amounts[j]
     used[j], held[j] = u, h
-    local limit = tonumber(v[base + 1])
     if limit and (u >= limit or u + h + amount > limit) then
       return refuse(lv, key, events_key, d, limit, u, h, amount)
     end
@@ -107,7 +122,7 @@ for lv = 1, levels do
     end
   end
   for i, t in ipairs(totals) do
-    local limit = tonumber(v[2 + 3 * #dims + i])
+    local limit = n[2 + 3 * #dims + i]
     if limit then
       local a, b = at[t[2]], at[t[3]]
       local u, h, amount = used[a] + used[b], held[a] + held[b], amounts[a] + amounts[b]

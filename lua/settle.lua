@@ -6,6 +6,7 @@
 -- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
 -- KEYS[5..]   per level of the reservation's path, root first (as reserved), two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
+-- KEYS[last-1] bc:{R}:fin     zset  finished reservation ids by Redis ms (at least an hour)
 -- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
 -- ARGV[1]     reservation id
 -- ARGV[2]     abort channel (pub/sub, not a key)
@@ -15,8 +16,15 @@
 -- ARGV[6..]   pairs: dimension, actual amount (integers >= 0)
 --
 -- Idempotent: keyed by the reservation id; a second settle of the same id (after a retry,
--- a failover or a lease reap) changes nothing.
--- Returns {0} when the reservation is not open (already settled or reaped);
---         {1, level, reason, detail, ...} with the levels this settle stopped.
+-- a failover or a lease reap) changes nothing. Every level is checked before anything is
+-- written (a corrupt counter: nothing changes but a state_corrupt stop).
+-- Returns {0} when the reservation already finished (settled or reaped);
+--         {1, level, reason, detail, ...} with the levels this settle stopped;
+--         {4, level, reason, detail, ...} when the reservation was never held here (lost
+--         in a failover): charged to the path in KEYS all the same, with a
+--         SettleOrphaned event on the ledger stream and channel;
+--         {5} when that path does not exist here either (the event, no charge);
+--         {3, level, 'state_corrupt', detail} when a counter on the path is corrupt:
+--         nothing charged, the reservation stays held, the level is stopped.
 
 return close_reservation('ok', true, false, 6)

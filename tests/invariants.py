@@ -47,3 +47,21 @@ def check_tree(client: redis.Redis, root: str, ks: KeySpace | None = None) -> in
         held = {k: v for k, v in h.items() if k.startswith("h:") and int(v) != 0}
         assert not held, f"{ctx_id}: still held {held}"
     return int(client.hget(ks.ctx(root, root), "u:usd") or 0)
+
+
+def orphans(client: redis.Redis, root: str, ks: KeySpace | None = None) -> tuple[int, int]:
+    """Micro-USD of the settles that found no reservation (SettleOrphaned events on the
+    tree's ledger stream): (charged to their path, not charged). The charged ones are in
+    the ledgers check_tree checks (their node records too); the others are spend Redis
+    holds nowhere else, so a caller's own count must add them."""
+    ks = ks or KeySpace()
+    charged = lost = 0
+    for _, fields in client.xrange(ks.ledger(root)):
+        event = json.loads(fields[b"e"] if b"e" in fields else fields["e"])
+        if event.get("type") == "SettleOrphaned":
+            usd = int(event["amounts"].get("usd", 0)) if event["amounts"] else 0
+            if event["charged"]:
+                charged += usd
+            else:
+                lost += usd
+    return charged, lost

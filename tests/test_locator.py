@@ -203,7 +203,7 @@ def test_a_taken_id_in_the_same_tree_is_refused_as_before(coord: Coordinator) ->
     with pytest.raises(ContextExistsError):
         child.spawn_child(metadata=meta("same"))  # the root's id, lower in its own tree
     after = dump(coord.client)
-    roots = coord.keyspace.active_roots
+    roots = coord.keyspace.roots_shard("same")
     assert after.pop(roots)[1][0][0] == before.pop(roots)[1][0][0] == "same"  # re-stamped
     assert after == before
     child.close()

@@ -5,7 +5,9 @@ group, each a ``typer.Typer()`` registered below.
     budgetctl tree ID [--json] [--watch [S]]
     budgetctl abort ID [REASON]
     budgetctl spend [--day YYYY-MM-DD|today|yesterday] [--json]
+    budgetctl gc [--idle SECONDS] [--dry-run] [--json]
     budgetctl demo
+    budgetctl sessions list [--tenant T] | cleanup [--provider local|e2b]
 
 ``--redis URL`` goes before or after the command (else ``BUDGET_REDIS_URL``,
 ``REDIS_URL``, ``redis://localhost:6379/0``). Exit codes: 0 done, 1 no such context (or
@@ -21,7 +23,7 @@ from typing import Annotated
 
 import typer
 
-from . import abort, demo, spend, top, tree
+from . import abort, demo, gc, sessions, spend, top, tree
 from ._common import DEFAULT_WATCH_S
 
 app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
@@ -30,8 +32,9 @@ app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
 
 # A command group is a typer.Typer() in its own module, registered with one line: without
 # a name its commands are budgetctl's own, with name="sessions" they form a group.
-for group in (top.app, tree.app, abort.app, spend.app, demo.app):
+for group in (top.app, tree.app, abort.app, spend.app, gc.app, demo.app):
     app.add_typer(group)
+app.add_typer(sessions.app, name="sessions")
 
 
 def _version(value: bool) -> None:

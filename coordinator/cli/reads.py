@@ -3,8 +3,6 @@ tree level by level, the open trees; all through the cross-tree views."""
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import BudgetCoordinatorError, ContextNotFoundError
@@ -16,7 +14,7 @@ MAX_KIDS_SHOWN = 50
 MAX_NODES = 2000
 """Contexts one tree view reads at most."""
 MAX_SORTED = 10_000
-"""Open trees `top` reads to sort by spend or fraction (the newest ones)."""
+"""Open trees `top` reads to sort by spend or fraction (about the newest ones)."""
 
 
 class AmbiguousIdError(BudgetCoordinatorError, LookupError):
@@ -109,14 +107,6 @@ def read_tree(coord: Coordinator, where: Located, max_kids: int = MAX_KIDS_SHOWN
     return root_node, now
 
 
-SORTS: dict[str, Callable[[Row], tuple[float, ...]]] = {
-    "spend": lambda r: (r.used, r.created_ms),
-    "fraction": lambda r: (r.fraction, r.used, r.created_ms),
-    "age": lambda r: (r.created_ms,),
-}
-"""Sort keys of `top`, largest (or newest) first."""
-
-
 @dataclass(frozen=True)
 class Top:
     """The open trees shown, how many are open, and the Redis time they were read at."""
@@ -130,12 +120,6 @@ class Top:
 
 def read_top(coord: Coordinator, sort: str, limit: int) -> Top:
     """The ``limit`` open trees that come first by ``sort``, largest or newest first."""
-    views = coord.views
-    total = views.count_active_roots()
-    now = views.now_ms()
-    scan = limit if sort == "age" else MAX_SORTED
-    roots = views.active_roots(scan, newest_first=True)
-    hashes = views.read_contexts([(r, r) for r in roots])
-    rows = [row(r, h, None, now) for r, h in zip(roots, hashes, strict=True) if h]
-    shown = heapq.nlargest(limit, rows, key=SORTS[sort])
-    return Top(shown, total, now, len(roots))
+    now = coord.views.now_ms()
+    trees, total, examined = coord.views.open_trees(limit, sort=sort, scan=MAX_SORTED)
+    return Top([row(t.root, t.fields, None, now) for t in trees], total, now, examined)

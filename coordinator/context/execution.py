@@ -307,7 +307,7 @@ class ExecutionContext(ContextDataMembers):
                 spent = state.store.close(state.path, coord.retention_s)
                 coord.views.add_closed_tree(
                     spent, {"org": m.org_id, "team": m.team, "service": m.service},
-                    coord.retention_s)
+                    coord.retention_s, root=state.path.root)
         except UNAVAILABLE as exc:
             log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
                         "open leases will charge their estimates", self.chain_id, exc)

@@ -266,4 +266,4 @@ class LeaseSlice:
 
 
 def _stops(path: Path, reply: Any) -> list[Stop]:
-    return decode_stops(path, reply) if reply and int(reply[0]) == 1 else []
+    return decode_stops(path, reply) if reply and int(reply[0]) != 0 else []

@@ -5,9 +5,19 @@ client passes them all in KEYS."""
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 
 _TENANT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+VIEW_SHARDS = 16
+"""Cross-tree indexes are split in this many keys by hash of the root, so that no one key
+(and no one cluster node) takes every root's open and close."""
+
+
+def shard_of(root: str) -> int:
+    """The cross-tree index shard of a root id."""
+    return zlib.crc32(root.encode()) % VIEW_SHARDS
 
 
 def validate_tenant(tenant: str) -> str:
@@ -59,6 +69,10 @@ class KeySpace:
         """How keyed calls (replayable call ids) finished."""
         return f"{self.prefix}:{{{root}}}:done"
 
+    def finished(self, root: str) -> str:
+        """Reservation ids that finished in the last hour (a repeated settle is a no-op)."""
+        return f"{self.prefix}:{{{root}}}:fin"
+
     def leases(self, root: str) -> str:
         return f"{self.prefix}:{{{root}}}:leases"
 
@@ -75,15 +89,19 @@ class KeySpace:
         """Cross-tree index: context id -> root id (a view, written outside the scripts)."""
         return f"{self.prefix}:where:{ctx_id}"
 
-    def spend_by(self, label: str, day: str) -> str:
-        """Cross-tree view: micro-USD of the trees closed on ``day`` (UTC, YYYY-MM-DD) by
-        ``org``, ``team`` or ``service``."""
-        return f"{self.prefix}:spend:{label}:{day}"
+    def spend_by(self, label: str, day: str, shard: int) -> str:
+        """Cross-tree view, one of VIEW_SHARDS: micro-USD of the trees closed on ``day``
+        (UTC, YYYY-MM-DD) by ``org``, ``team`` or ``service``, for the roots whose
+        :func:`shard_of` is ``shard``."""
+        return f"{self.prefix}:spend:{label}:{day}:{shard}"
 
-    @property
-    def active_roots(self) -> str:
-        """Cross-tree index: root ids of trees not yet closed, by creation time."""
-        return f"{self.prefix}:roots"
+    def roots_shard(self, root: str) -> str:
+        """Cross-tree index, one of VIEW_SHARDS: root ids of trees not yet closed (by
+        creation time) whose :func:`shard_of` is the one of ``root``."""
+        return f"{self.prefix}:roots:{shard_of(root)}"
+
+    def roots_shards(self) -> list[str]:
+        return [f"{self.prefix}:roots:{i}" for i in range(VIEW_SHARDS)]
 
     def path_keys(self, root: str, path: tuple[str, ...]) -> list[str]:
         """Context hash keys of a path, root first."""

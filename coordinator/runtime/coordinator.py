@@ -16,6 +16,7 @@ from ..core.token_codec import TokenCodec, parse_keys
 from ..store.channels import StopSubscription, wake
 from ..store.connection import Client, connect, shared_dev_key
 from ..store.errors import RedisError
+from ..store.topology import Durability
 from ..store.tree import Store
 from ..store.views import Views
 from .flusher import Flusher
@@ -46,11 +47,15 @@ class Coordinator:
         lease_ms: int = DEFAULT_LEASE_MS,
         retention_s: int = DEFAULT_RETENTION_S,
         fail_open: bool = False,
+        durability: str = "local",
+        replicas: int = 1,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         self.client = client
         self.keyspace = KeySpace(validate_tenant(tenant))
         self.tenant = tenant
         self.store = Store(client, self.keyspace, lease_ms)
+        self.store.wire.durability = Durability(durability, replicas, wait_timeout_ms)
         self.views = Views(client, self.keyspace)
         self.retention_s = retention_s
         self.fail_open = fail_open
@@ -70,11 +75,17 @@ class Coordinator:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Coordinator:
-        """Connect to ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
-        users). Unless given here, token keys come from ``BUDGET_TOKEN_KEYS``, the tenant
-        from ``BUDGET_TENANT``, the lease from ``BUDGET_LEASE_MS`` and the retention of
-        closed trees from ``BUDGET_RETENTION_S``."""
+        """Connect to ``url``: ``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
+        users, ``redis+sentinel://s1:26379,s2:26379/<service>`` for Sentinel,
+        ``redis+cluster://h1:p1,h2:p2`` (or a node's URL) for Redis Cluster (see
+        coordinator/store/topology.py). Unless given here, durability comes from
+        ``BUDGET_DURABILITY`` (``local`` or ``replicated``), token keys from
+        ``BUDGET_TOKEN_KEYS``, the tenant from ``BUDGET_TENANT``, the lease from
+        ``BUDGET_LEASE_MS`` and the retention of closed trees from
+        ``BUDGET_RETENTION_S``."""
         client = connect(url)
+        if "durability" not in kwargs and os.environ.get("BUDGET_DURABILITY"):
+            kwargs["durability"] = os.environ["BUDGET_DURABILITY"]
         if "token_keys" not in kwargs and os.environ.get("BUDGET_TOKEN_KEYS"):
             kwargs["token_keys"] = parse_keys(os.environ["BUDGET_TOKEN_KEYS"])
         kwargs.setdefault("tenant", os.environ.get("BUDGET_TENANT", ""))

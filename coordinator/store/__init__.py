@@ -1,2 +1,2 @@
 """The Redis layer: the only code that imports ``redis`` (scripts, the write-behind wire,
-tree operations, cross-tree views, the shield's script calls)."""
+tree operations, cross-tree views, the shield's script calls, execution session records)."""

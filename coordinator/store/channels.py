@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import redis
+from .topology import Client
 
 
 class StopSubscription:
     """A subscription to a tenant's abort channel, read by polling."""
 
-    def __init__(self, client: redis.Redis, channel: str) -> None:
+    def __init__(self, client: Client, channel: str) -> None:
         self._pubsub = client.pubsub(  # type: ignore[no-untyped-call]
             ignore_subscribe_messages=True)
         self._channel = channel
@@ -29,7 +29,7 @@ class StopSubscription:
         self._pubsub.close()
 
 
-def wake(client: redis.Redis, channel: str) -> None:
+def wake(client: Client, channel: str) -> None:
     """Publish an empty message on ``channel`` (wakes a listener from its blocking read;
     listeners ignore it)."""
     client.publish(channel, "")
@@ -39,7 +39,7 @@ class ChannelThread:
     """A background thread handing every message published on one channel to a
     handler (redis-py's pub/sub worker thread)."""
 
-    def __init__(self, client: redis.Redis, channel: str,
+    def __init__(self, client: Client, channel: str,
                  on_message: Callable[[Mapping[str, Any]], None],
                  on_error: Callable[[BaseException, Any, Any], None]) -> None:
         self._pubsub = client.pubsub(  # type: ignore[no-untyped-call]

@@ -16,7 +16,8 @@ from .wire import Op
 
 def decode_propagate(path: Path, reply: list[Any]) -> list[Stop] | None:
     """propagate.lua's reply: the levels of ``path`` the charge stopped (none for a charge
-    already applied), or None when a level does not exist."""
+    already applied; a ``state_corrupt`` stop for a charge that a corrupt counter kept
+    from being applied), or None when a level does not exist."""
     if int(reply[0]) == -1:
         return None
     return decode_stops(path, reply)

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import secrets
 
-import redis
+from .topology import Client, client_from_url
 
-Client = redis.Redis
-"""A Redis client (redis-py), with ``decode_responses=True``."""
+__all__ = ["Client", "connect", "shared_dev_key"]
 
 
 def connect(url: str) -> Client:
-    """A client for ``url`` (``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
-    users), with the coordinator's timeouts."""
-    return redis.Redis.from_url(
-        url, decode_responses=True, socket_connect_timeout=2.0, socket_timeout=5.0,
-        health_check_interval=30,
-    )
+    """A client for ``url`` with the coordinator's timeouts: one server (``redis://``,
+    ``rediss://`` for TLS, ``user:pass@`` for ACL users), Sentinel
+    (``redis+sentinel://``) or Redis Cluster (``redis+cluster://``, or a node's URL);
+    see :func:`~coordinator.store.topology.client_from_url`."""
+    return client_from_url(url)
 
 
 def shared_dev_key(client: Client, name: str) -> bytes:

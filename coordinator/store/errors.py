@@ -7,8 +7,15 @@ import redis
 RedisError = redis.RedisError
 """Any error of the Redis client (connection, timeout, script, reply)."""
 
+MOVED: tuple[type[redis.RedisError], ...] = (
+    redis.exceptions.MovedError, redis.exceptions.AskError, redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError)
+"""A cluster node that does not serve the key's slot now (the slots moved, a failover)."""
+
 UNAVAILABLE: tuple[type[BaseException], ...] = (
-    redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError, OSError)
+    redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError, OSError,
+    *MOVED)
 """Errors meaning Redis cannot serve the budget now: unreachable, timed out, or full (a
 ``noeviction`` Redis past ``maxmemory`` refuses a script's first write, so nothing of it
-is written). Calls fail closed on them; what is queued stays queued."""
+is written), or a cluster node that does not serve the tree's slot now. Calls fail
+closed on them; what is queued stays queued."""

@@ -119,7 +119,7 @@ class LeaseStore:
     def flush(self, path: Path, op: Op) -> list[Stop]:
         """Run one flush now; the levels it stopped."""
         reply = self.wire.run(op)
-        return decode_stops(path, reply) if reply and int(reply[0]) == 1 else []
+        return decode_stops(path, reply) if reply and int(reply[0]) != 0 else []
 
     def queue(self, op: Op) -> None:
         """Send ``op`` with the next round trip (the flusher retries it while Redis is

@@ -13,6 +13,8 @@ import redis
 
 from ..core.keys import KeySpace
 from ..core.paths import Path
+from .errors import MOVED
+from .topology import Client
 from .wire import Op, Wire, command, raise_errors
 
 log = logging.getLogger(__name__)
@@ -99,7 +101,8 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     ops = [command("SET", locator, path.root, "NX"), command("GET", locator),
            Op("open", keys, args)]
     if len(path.ids) == 1:
-        ops.append(command("ZADD", ks.active_roots, int(time.time() * 1000), path.root))
+        ops.append(command("ZADD", ks.roots_shard(path.root), int(time.time() * 1000),
+                           path.root))
     results = wire.round_trip(ops)
     claimed, holder, reply = results[0], results[1], results[2]
     if isinstance(claimed, Exception):  # no claim (out of memory): no context either
@@ -121,7 +124,7 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     return opened
 
 
-def _undo_open(client: redis.Redis, ks: KeySpace, path: Path) -> None:
+def _undo_open(client: Client, ks: KeySpace, path: Path) -> None:
     """Remove what open.lua just created for ``path`` (its hash, its place among the
     parent's children, a root's entry among the open trees). Only for a context that
     this call's open script created: no token for it has been handed out."""
@@ -130,11 +133,11 @@ def _undo_open(client: redis.Redis, ks: KeySpace, path: Path) -> None:
     if path.parent_id is not None:
         pipe.srem(ks.kids(path.root, path.parent_id), path.ctx_id)
     else:
-        pipe.zrem(ks.active_roots, path.root)
-    pipe.execute()
+        pipe.zrem(ks.roots_shard(path.root), path.root)
+    pipe.execute(raise_on_error=False)  # a key on another node (MOVED) was not written
 
 
-def _release_locator(client: redis.Redis, ks: KeySpace, path: Path) -> None:
+def _release_locator(client: Client, ks: KeySpace, path: Path) -> None:
     """Let go of the locator an open claimed for a context it did not create, unless
     the tree holds that context by now (another open of it there went through). Best
     effort: a locator left behind only keeps the id out of other trees."""
@@ -143,7 +146,10 @@ def _release_locator(client: redis.Redis, ks: KeySpace, path: Path) -> None:
         pipe = client.pipeline(transaction=False)
         pipe.exists(ks.ctx(path.root, path.ctx_id))
         pipe.get(key)
-        held, located = pipe.execute()
+        try:
+            held, located = pipe.execute()
+        except MOVED:  # the tree's slot is on another node: nothing of it made here
+            held, located = False, client.get(key)
         if not held and _text(located) == path.root:
             client.delete(key)
     except redis.RedisError as exc:

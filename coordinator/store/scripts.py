@@ -6,10 +6,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import redis
 from redis.commands.core import Script
 
 from ..core.script_constants import LUA_CONSTANTS
+from .topology import Client
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
                 "breaker_check", "breaker_record", "window", "event_once", "propagate",
@@ -57,7 +57,7 @@ class Scripts:
     to every pipeline).
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self._client = client
         self.by_name: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
@@ -76,4 +76,5 @@ class Scripts:
 
     def queue(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
         """Queue an EVALSHA of ``name`` on a pipeline."""
-        pipe.evalsha(self.by_name[name].sha, len(keys), *keys, *args)
+        # execute_command: a cluster pipeline blocks its evalsha method, not the command
+        pipe.execute_command("EVALSHA", self.by_name[name].sha, len(keys), *keys, *args)

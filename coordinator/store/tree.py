@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -16,13 +17,19 @@ from ..core.data_keys import DataKeys
 from ..core.keys import KeySpace
 from ..core.paths import Path
 from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
+from .errors import UNAVAILABLE
 from .opening import Opened, OpenRefused, open_context
 from .records import ReservationRecord
+from .retention import expire_tree
 from .scripts import Scripts
+from .state_check import readable
+from .topology import Client
 from .wire import Op, Wire, command, raise_errors
 
-__all__ = ["AbortReply", "Held", "Opened", "OpenRefused", "Refused", "Replayed",
+__all__ = ["AbortReply", "Finished", "Held", "Opened", "OpenRefused", "Refused", "Replayed",
            "ReservationRecord", "State", "Stop", "Store"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,29 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Finished:
+    """What settle.lua or release.lua did with a reservation: ``finished`` it; found it
+    ``already`` finished (nothing changed); found a counter on the path ``corrupt``
+    (nothing charged, the reservation still held, the level stopped); or found it never
+    held here (lost in a failover): ``orphan_charged`` to the path all the same, or
+    ``orphan_recorded`` only (the path does not exist here either). An orphan is also a
+    SettleOrphaned event on the tree's ledger stream and channel."""
+
+    outcome: Literal["finished", "already", "corrupt", "orphan_charged", "orphan_recorded"]
+    stops: list[Stop]
+    """The levels this call stopped."""
+
+    @property
+    def orphan(self) -> bool:
+        return self.outcome.startswith("orphan")
+
+
+_FINISH_OUTCOMES: dict[int, Literal["finished", "already", "corrupt", "orphan_charged",
+                                    "orphan_recorded"]] = {
+    0: "already", 1: "finished", 3: "corrupt", 4: "orphan_charged", 5: "orphan_recorded"}
+
+
+@dataclass(frozen=True)
 class AbortReply:
     """What abort.lua did: ``stopped`` it; found it ``already`` stopped or closed
     (``status`` says which reason or state); a timeout came ``early`` by Redis time
@@ -98,9 +128,29 @@ def decode_reserve(reply: list[Any]) -> Held | Refused | Replayed:
 
 
 def decode_stops(path: Path, reply: list[Any]) -> list[Stop]:
-    """settle.lua's and release.lua's reply: the levels of ``path`` the call stopped."""
+    """The levels of ``path`` a script stopped: ``reply[1:]`` as (level, reason,
+    detail) triples (settle.lua, release.lua, propagate.lua)."""
     return [Stop(path.ids[int(reply[i]) - 1], str(reply[i + 1]), str(reply[i + 2]))
             for i in range(1, len(reply), 3)]
+
+
+def decode_finish(path: Path, reply: list[Any]) -> Finished:
+    """settle.lua's and release.lua's reply (see their contracts): the outcome by its
+    code, and the levels of ``path`` the call stopped."""
+    return Finished(_FINISH_OUTCOMES[int(reply[0])], decode_stops(path, reply))
+
+
+def note_finish(kind: str, reservation_id: str, path: Path, reply: Any) -> Finished | None:
+    """Decode a settle's or release's reply and log an orphan (the script recorded it
+    with an event): what the wire calls on each write-behind reply it acknowledges."""
+    if isinstance(reply, Exception):
+        return None
+    finished = decode_finish(path, reply)
+    if finished.orphan:
+        log.warning("%s %s found no reservation (lost in a failover?): %s", kind,
+                    reservation_id, "charged to its path"
+                    if finished.outcome == "orphan_charged" else "not charged")
+    return finished
 
 
 def decode_abort(reply: list[Any]) -> AbortReply:
@@ -124,7 +174,7 @@ def decode_close(reply: list[Any]) -> int:
 class Store:
     """Runs the tree scripts of one tenant's key space against one Redis client."""
 
-    def __init__(self, client: redis.Redis, keyspace: KeySpace, lease_ms: int) -> None:
+    def __init__(self, client: Client, keyspace: KeySpace, lease_ms: int) -> None:
         self.client = client
         self.ks = keyspace
         self.scripts = Scripts(client)
@@ -152,6 +202,7 @@ class Store:
             self.ks.nodes(path.root, path.ctx_id),
             self.ks.ledger(path.root),
             *self._level_keys(path),
+            self.ks.finished(path.root),
             self.ks.done(path.root),
         )
 
@@ -178,7 +229,16 @@ class Store:
                 *self._level_keys(path), self.ks.done(path.root)]
         args = [reservation_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
                 "1" if keyed else "0", *amounts]
-        result = decode_reserve(self.wire.run(Op("reserve", keys, args)))
+        try:
+            result = decode_reserve(self.wire.run(Op("reserve", keys, args)))
+        except UNAVAILABLE:
+            if self.wire.durability.waits and not keyed:
+                # it may be held (on the primary, or on a replica about to take over) for
+                # a call that will not run: let go of it rather than wait for its lease
+                self.wire.queue(Op("release", list(self._finish_keys(path)), [
+                    reservation_id, self.ks.abort_channel, "", NODE_STREAM_CAP,
+                    self.ks.ledger_channel, "skip"]))
+            raise
         if isinstance(result, Held):
             self.wire.track(reservation_id, path.root)
         return result
@@ -197,13 +257,15 @@ class Store:
         if script == "release":
             args.append(outcome)
         op = Op(script, list(self._finish_keys(path)), [*args, *amounts],
-                reservation_id=reservation_id)
+                reservation_id=reservation_id,
+                on_reply=functools.partial(note_finish, script, reservation_id, path))
         if write_behind:
             self.wire.send_behind(op)
             return []
         reply = self.wire.run(op)
         self.wire.untrack(reservation_id)
-        return decode_stops(path, reply)
+        finished = note_finish(script, reservation_id, path, reply)
+        return finished.stops if finished is not None else []
 
     def reap(self, root: str, reservation_id: str, record: ReservationRecord,
              node: dict[str, Any]) -> None:
@@ -214,7 +276,9 @@ class Store:
                   for x in (dim, amount)]
         self.wire.queue(Op("settle", list(self._finish_keys(path)),
                            [reservation_id, self.ks.abort_channel, json.dumps(node),
-                            NODE_STREAM_CAP, self.ks.ledger_channel, *actual]))
+                            NODE_STREAM_CAP, self.ks.ledger_channel, *actual],
+                           on_reply=functools.partial(note_finish, "settle", reservation_id,
+                                                      path)))
 
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event stream with the next round trip."""
@@ -246,8 +310,11 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         pipe.xadd(self.ks.ledger(path.root), {"e": event_json}, maxlen=EVENT_STREAM_CAP,
                   approximate=True)
-        pipe.publish(self.ks.ledger_channel, event_json)
+        if not self.wire.topology.is_cluster:
+            pipe.publish(self.ks.ledger_channel, event_json)
         pipe.execute()
+        if self.wire.topology.is_cluster:  # a cluster pipeline sends no PUBLISH
+            self.client.publish(self.ks.ledger_channel, event_json)
 
     def abort(self, path: Path, reason: str, detail: str) -> AbortReply:
         """Stop the context named by ``path`` and, with it, its subtree."""
@@ -270,14 +337,17 @@ class Store:
         if root:
             keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
                      self.ks.ledger(path.root), self.ks.done(path.root),
-                     *DataKeys(self.ks).tree_keys(path.root)]
+                     self.ks.finished(path.root), *DataKeys(self.ks).tree_keys(path.root)]
         ops = [Op("close", keys, [retention_s]),
                command("EXPIRE", self.ks.locator(path.ctx_id), retention_s)]
         if root:
-            ops.append(command("ZREM", self.ks.active_roots, path.root))
+            ops.append(command("ZREM", self.ks.roots_shard(path.root), path.root))
         results = self.wire.round_trip(ops)
         raise_errors(results)
-        return decode_close(results[0]) if root else 0
+        if not root:
+            return 0
+        expire_tree(self.client, self.ks, path.root, retention_s)  # contexts never closed too
+        return decode_close(results[0])
 
     def expire_context(self, path: Path, retention_s: int) -> None:
         """Start the retention clock on a context's keys without closing it (work may
@@ -303,7 +373,8 @@ class Store:
     # -- reads ---------------------------------------------------------------------------
 
     def read_hash(self, root: str, ctx_id: str) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()}
+        return readable({str(k): str(v)
+                         for k, v in self.client.hgetall(self.ks.ctx(root, ctx_id)).items()})
 
     def read_state(self, path: Path, *, nodes: bool = True, events: bool = True) -> State:
         """The hashes of every level, the node and event JSON of the context, and the
@@ -315,11 +386,15 @@ class Store:
                 pipe.xrange(self.ks.nodes(path.root, path.ctx_id))
             if events:
                 pipe.xrange(self.ks.events(path.root, path.ctx_id))
-            pipe.time()
+            if not self.wire.topology.is_cluster:
+                pipe.time()
+            else:  # the tree's own node's clock (a cluster pipeline sends no key-less TIME)
+                pipe.execute_command("EVAL", "return redis.call('TIME')", 1,
+                                     self.ks.ctx(path.root, path.root))
 
         rest = self.wire.round_trip([], reads)
         raise_errors(rest)
-        hashes = [dict(h) for h in rest[: len(path.ids)]]
+        hashes = [readable(h) for h in rest[: len(path.ids)]]
         i = len(path.ids)
         node_json = [e[1]["n"] for e in rest[i]] if nodes else []
         i += 1 if nodes else 0

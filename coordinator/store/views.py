@@ -1,14 +1,17 @@
 """Cross-tree views: the indexes that span trees (where a context id lives, the trees still
-open, spend of closed trees by label), read and written outside any one tree's slot."""
+open, spend of closed trees by label), read and written outside any one tree's slot, each
+split in VIEW_SHARDS keys by hash of the root and read together with bounded work."""
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-import redis
-
-from ..core.keys import KeySpace
+from ..core.keys import VIEW_SHARDS, KeySpace, shard_of
+from .topology import Client
 
 SPEND_LABELS = ("org", "team", "service")
 """The labels whose closed trees' spend is kept per UTC day."""
@@ -19,10 +22,41 @@ def utc_day() -> str:
     return time.strftime("%Y-%m-%d", time.gmtime())
 
 
+def _int(value: object) -> int:
+    text = str(value) if value is not None else ""
+    return int(text) if text.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class OpenTree:
+    """A tree not yet closed, as ``budgetctl top`` lists it."""
+
+    root: str
+    spent: int
+    """Micro-USD settled in the tree."""
+    ceiling: int | None
+    """The root's micro-USD limit (None: none)."""
+    created_ms: int
+    fields: dict[str, str] = field(default_factory=dict, compare=False)
+    """The root's context hash as read."""
+
+    @property
+    def fraction(self) -> float:
+        """Spend as a fraction of the ceiling (0 without one)."""
+        return self.spent / self.ceiling if self.ceiling else 0.0
+
+
+_ORDER = {
+    "spend": lambda t: (-t.spent, -t.created_ms),
+    "fraction": lambda t: (-t.fraction, -t.spent, -t.created_ms),
+    "age": lambda t: (-t.created_ms,),
+}
+
+
 class Views:
     """The cross-tree views of one tenant's key space."""
 
-    def __init__(self, client: redis.Redis, keyspace: KeySpace) -> None:
+    def __init__(self, client: Client, keyspace: KeySpace) -> None:
         self.client = client
         self.ks = keyspace
 
@@ -31,27 +65,66 @@ class Views:
         root = self.client.get(self.ks.locator(ctx_id))
         return str(root) if root is not None else None
 
+    def _newest(self, per_shard: int, *, newest_first: bool) -> list[tuple[float, str]]:
+        """(created ms, root) of the ``per_shard`` oldest (or newest) open trees of each
+        shard, merged in that order (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.ks.roots_shards():
+            pipe.zrange(key, 0, per_shard - 1, desc=newest_first, withscores=True)
+        sign = -1.0 if newest_first else 1.0
+        merged = heapq.merge(*[[(sign * float(s), str(r)) for r, s in shard]
+                               for shard in pipe.execute()])
+        return [(sign * s, r) for s, r in merged]
+
     def active_roots(self, limit: int = 50, *, newest_first: bool = False) -> list[str]:
-        """Root ids of trees not yet closed, oldest first (or newest first)."""
-        return [str(r) for r in self.client.zrange(self.ks.active_roots, 0, limit - 1,
-                                                    desc=newest_first)]
+        """Root ids of trees not yet closed, oldest first (or newest first): at most
+        ``limit`` read from each shard, one round trip."""
+        return [root for _, root in self._newest(limit, newest_first=newest_first)[:limit]]
 
     def count_active_roots(self) -> int:
-        """How many trees are not yet closed."""
-        return int(self.client.zcard(self.ks.active_roots))
+        """How many trees are not yet closed (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.ks.roots_shards():
+            pipe.zcard(key)
+        return sum(int(n) for n in pipe.execute())
+
+    def open_trees(self, limit: int = 50, *, sort: str = "spend", scan: int = 10_000
+                   ) -> tuple[list[OpenTree], int, int]:
+        """The ``limit`` open trees with the most spend (``sort="spend"``), the highest
+        fraction of their ceiling (``"fraction"``) or the newest (``"age"``), with how
+        many trees are open in all and how many the sort looked at: for spend and
+        fraction, about the ``scan`` newest (the newest scan / VIEW_SHARDS of each
+        shard); for age, exactly the newest ``limit``. Bounded work: two round trips,
+        the second reading the root hashes of the trees looked at, 500 per pipeline."""
+        if sort not in _ORDER:
+            raise ValueError(f"sort must be 'spend', 'fraction' or 'age', not {sort!r}")
+        per_shard = limit if sort == "age" else max(limit, math.ceil(scan / VIEW_SHARDS))
+        candidates = self._newest(per_shard, newest_first=True)
+        if sort == "age":
+            candidates = candidates[:limit]
+        total = self.count_active_roots()
+        hashes = self.read_contexts([(root, root) for _, root in candidates])
+        trees = [OpenTree(root, _int(h.get("u:usd")),
+                          _int(h["l:usd"]) if "l:usd" in h else None, int(created), h)
+                 for (created, root), h in zip(candidates, hashes, strict=True) if h]
+        return sorted(trees, key=_ORDER[sort])[:limit], total, len(candidates)
 
     def roots_with_prefix(self, prefix: str, limit: int = 2) -> list[str]:
         """Up to ``limit`` ids of open trees' roots starting with ``prefix``: one pass over
-        the open-trees index (ZSCAN with MATCH, filtered in Redis), never the keyspace."""
+        each shard of the open-trees index (ZSCAN with MATCH, filtered in Redis), never the
+        keyspace."""
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
         found: list[str] = []
-        cursor = 0
-        while True:
-            cursor, batch = self.client.zscan(self.ks.active_roots, cursor, match=pattern,
-                                              count=1000)
-            found += [str(member) for member, _ in batch if str(member) not in found]
-            if cursor == 0 or len(found) >= limit:
-                return found[:limit]
+        for shard in self.ks.roots_shards():
+            if len(found) >= limit:
+                break
+            cursor = 0
+            while True:
+                cursor, batch = self.client.zscan(shard, cursor, match=pattern, count=1000)
+                found += [str(member) for member, _ in batch if str(member) not in found]
+                if cursor == 0 or len(found) >= limit:
+                    break
+        return found[:limit]
 
     def read_contexts(self, refs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
         """The hashes of contexts given as (root id, context id), possibly of many trees,
@@ -87,20 +160,27 @@ class Views:
 
     def spend_view(self, label: str, day: str | None = None) -> dict[str, int]:
         """Micro-USD of the trees closed on ``day`` (UTC; default today) by ``label``."""
-        raw = self.client.hgetall(self.ks.spend_by(label, day or utc_day()))
-        return {str(k): int(v) for k, v in raw.items()}
+        day = day or utc_day()
+        pipe = self.client.pipeline(transaction=False)
+        for shard in range(VIEW_SHARDS):
+            pipe.hgetall(self.ks.spend_by(label, day, shard))
+        out: dict[str, int] = {}
+        for raw in pipe.execute():
+            for k, v in raw.items():
+                out[str(k)] = out.get(str(k), 0) + int(v)
+        return out
 
     def add_closed_tree(self, spent: int, labels: Mapping[str, str | None],
-                        retention_s: int) -> None:
+                        retention_s: int, *, root: str = "") -> None:
         """Add a closed tree's spend (micro-USD) to today's views named by ``labels``
-        (``org``, ``team``, ``service``; empty values are skipped). One round trip; the
-        views expire after ``retention_s``."""
+        (``org``, ``team``, ``service``; empty values are skipped), in the shard of
+        ``root``. One round trip; the views expire after ``retention_s``."""
         views = {k: v for k, v in labels.items() if v}
         if not spent or not views:
             return
-        day = utc_day()
+        day, shard = utc_day(), shard_of(root)
         pipe = self.client.pipeline(transaction=False)
         for label, value in views.items():
-            pipe.hincrby(self.ks.spend_by(label, day), value, spent)
-            pipe.expire(self.ks.spend_by(label, day), retention_s)
+            pipe.hincrby(self.ks.spend_by(label, day, shard), value, spent)
+            pipe.expire(self.ks.spend_by(label, day, shard), retention_s)
         pipe.execute()

@@ -1,6 +1,6 @@
 """The write-behind wire: sends script calls and commands to Redis in pipelined round trips,
-each thread on its own connection, and carries the queued writes (settles, events) along
-with the next round trip or the flusher's drain."""
+each thread on its own connection (one per cluster node), and carries the queued writes
+(settles, events) along with the next round trip or the flusher's drain."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import Any
 import redis
 
 from ..core.script_constants import EVENT_STREAM_CAP
+from .errors import MOVED
 from .scripts import Scripts
+from .topology import Client, Durability, NotReplicatedError, Wires
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -63,6 +65,19 @@ class Op:
     reservation_id: str | None = None
     """The reservation this op finishes: its lease stops being renewed once it lands."""
     attempts: int = field(default=0)
+    on_reply: Callable[[Any], object] | None = field(default=None, compare=False)
+    """Called with the reply of a write-behind or queued op once it is acknowledged."""
+
+    @property
+    def key(self) -> str | None:
+        """The key that places the op on a cluster node (a command's first argument)."""
+        if self.keys:
+            return self.keys[0]
+        return str(self.args[1]) if self.kind == "cmd" and len(self.args) > 1 else None
+
+
+_WAIT = Op("wait", [], [])
+"""A WAIT after the ops it covers (replicated durability)."""
 
 
 def command(*args: Any) -> Op:
@@ -83,9 +98,11 @@ class Wire:
     """Round trips and write-behind for one Redis client, and the reservations in flight
     (sent by this process and not yet finished) whose leases need renewing."""
 
-    def __init__(self, client: redis.Redis, scripts: Scripts) -> None:
+    def __init__(self, client: Client, scripts: Scripts) -> None:
         self.client = client
         self.scripts = scripts
+        self.topology = Wires(client)
+        self.durability = Durability()
         self._pending: list[Op] = []
         self._lock = threading.Lock()
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
@@ -141,16 +158,18 @@ class Wire:
         """Write-behind: send ``op`` now on this thread's connection and read its reply
         later (with the thread's next round trip, or the flusher's drain). Redis runs it
         while the caller goes on."""
-        conn = self._conn()
+        conn = self._conn(self.topology.node_of(op.key))
+        sent = [op, _WAIT] if self.durability.waits else [op]
         with conn.lock:
             try:
-                conn.conn.send_packed_command(_pack([self._command(op)]))
+                self.topology.ready(conn.conn)
+                conn.conn.send_packed_command(_pack([self._command(o) for o in sent]))
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 conn.conn.disconnect()
                 owed, conn.unacked = conn.unacked, []
-                self._requeue([*owed, op])
+                self._requeue([o for o in (*owed, op) if o is not _WAIT])
                 return
-            conn.unacked.append(op)
+            conn.unacked += sent
 
     def flush(self) -> None:
         """Make every write-behind op land: read the replies owed on every connection,
@@ -216,9 +235,11 @@ class Wire:
         ops that succeeded are not repeated."""
         results = self._send(ops, reads)
         missing = [i for i, r in enumerate(results[: len(ops)])
-                   if isinstance(r, redis.exceptions.NoScriptError)]
+                   if isinstance(r, (redis.exceptions.NoScriptError, *MOVED))]
         if not missing:
             return results
+        if any(isinstance(results[i], MOVED) for i in missing):
+            self.topology.refresh()  # the cluster's slots moved: re-learn, send again
         self.scripts.load()
         again = self._send([ops[i] for i in missing], reads)
         for j, i in enumerate(missing):
@@ -228,15 +249,19 @@ class Wire:
     def _send(self, ops: Sequence[Op], reads: Callable[[Any], None] | None) -> list[Any]:
         if reads is None:
             return self._send_raw(ops)
+        if ops and self.durability.waits:  # writes go where a WAIT follows them
+            return [*self._send_raw(ops), *self._send([], reads)]
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
-            pipe.execute_command(*self._command(op))  # type: ignore[no-untyped-call]
+            pipe.execute_command(*self._command(op))
         reads(pipe)
         return list(pipe.execute(raise_on_error=False))
 
     def _command(self, op: Op) -> tuple[Any, ...]:
         if op.kind == "cmd":
             return tuple(op.args)
+        if op.kind == "wait":
+            return ("WAIT", self.durability.replicas, self.durability.timeout_ms)
         if op.kind == "xadd":
             return ("XADD", op.keys[0], "MAXLEN", "~", EVENT_STREAM_CAP, "*", *op.args)
         sha = self.scripts.by_name[op.kind].sha
@@ -244,24 +269,49 @@ class Wire:
 
     def _send_raw(self, ops: Sequence[Op]) -> list[Any]:
         """The hot path: the commands packed into one write on this thread's own
-        connection, the replies read in order. Replies still owed to earlier write-behind
-        sends on that connection are read first and acknowledged. (redis-py's Pipeline and
-        pool bookkeeping cost more than the round trip itself at this size.)"""
-        conn = self._conn()
+        connection to each node concerned (one on a single primary), the replies read in
+        order."""
+        by_node: dict[str, list[int]] = {}
+        for i, op in enumerate(ops):
+            by_node.setdefault(self.topology.node_of(op.key), []).append(i)
+        if len(by_node) <= 1:
+            return self._send_conn(self._conn(next(iter(by_node), "")), ops)
+        out: list[Any] = [None] * len(ops)
+        for node, idx in by_node.items():
+            replies = self._send_conn(self._conn(node), [ops[i] for i in idx])
+            for i, reply in zip(idx, replies, strict=True):
+                out[i] = reply
+        return out
+
+    def _send_conn(self, conn: _Conn, ops: Sequence[Op]) -> list[Any]:
+        """``ops`` packed into one write on ``conn``, the replies read in order. Replies
+        still owed to earlier write-behind sends on that connection are read first and
+        acknowledged. (redis-py's Pipeline and pool bookkeeping cost more than the round
+        trip itself at this size.) With replicated durability a WAIT follows the ops, and
+        NotReplicatedError is raised when too few replicas acknowledged them."""
+        sent = [*ops, _WAIT] if ops and self.durability.waits else list(ops)
         with conn.lock:
             earlier, conn.unacked = conn.unacked, []
             try:
-                conn.conn.send_packed_command(_pack([self._command(op) for op in ops]))
+                self.topology.ready(conn.conn)
+                conn.conn.send_packed_command(_pack([self._command(op) for op in sent]))
                 acks = [_read_reply(conn.conn) for _ in earlier]
-                out = [_read_reply(conn.conn) for _ in ops]
+                out = [_read_reply(conn.conn) for _ in sent]
             except BaseException:
                 conn.conn.disconnect()  # a half-read connection must not be reused as is
-                self._requeue(earlier)  # they may or may not have run: all idempotent
+                # they may or may not have run: all idempotent
+                self._requeue([o for o in earlier if o is not _WAIT])
                 raise
             # under the lock: a reader draining this connection finds them acknowledged
             # (a failed one back in the queue) once it gets the lock
             self._acknowledge(earlier, acks)
-        return out
+        if len(sent) > len(ops) and not self._replicated(out[-1]):
+            raise NotReplicatedError(f"WAIT: {out[-1]} of {self.durability.replicas} "
+                                     f"replicas within {self.durability.timeout_ms} ms")
+        return out[: len(ops)]
+
+    def _replicated(self, wait_reply: Any) -> bool:
+        return isinstance(wait_reply, int) and wait_reply >= self.durability.replicas
 
     def _drain(self, conns: Sequence[_Conn]) -> None:
         """Read the replies owed on ``conns`` and acknowledge them."""
@@ -274,7 +324,7 @@ class Wire:
                     acks = [_read_reply(conn.conn) for _ in owed]
                 except (redis.ConnectionError, redis.TimeoutError, OSError):
                     conn.conn.disconnect()
-                    self._requeue(owed)
+                    self._requeue([o for o in owed if o is not _WAIT])
                     continue
                 # under the lock: a reader draining this connection finds them
                 # acknowledged (a failed one back in the queue) once it gets the lock
@@ -282,29 +332,49 @@ class Wire:
 
     def _acknowledge(self, ops: Sequence[Op], replies: Sequence[Any]) -> None:
         """Settle the bookkeeping of sent ops; failed ones go back to the queue (after a
-        script reload if the server lost its scripts), up to MAX_ATTEMPTS."""
+        script reload if the server lost its scripts, a slot refresh after MOVED), up to
+        MAX_ATTEMPTS. Ops that a failed WAIT covers (on the primary, maybe not on a
+        replica) go back as they are."""
         failed = []
-        for op, res in zip(ops, replies, strict=True):
-            if isinstance(res, Exception):
+        unreplicated: set[int] = set()
+        start = 0
+        for i, (op, res) in enumerate(zip(ops, replies, strict=True)):
+            if op is _WAIT:
+                if not self._replicated(res):
+                    unreplicated.update(range(start, i))
+                start = i + 1
+        for i, (op, res) in enumerate(zip(ops, replies, strict=True)):
+            if op is _WAIT:
+                continue
+            if i in unreplicated:
+                failed.append(op)
+            elif isinstance(res, Exception):
+                if isinstance(res, MOVED):
+                    self.topology.refresh()
                 if isinstance(res, redis.exceptions.NoScriptError):
                     self.scripts.load()
                 op.attempts += 1
                 if op.attempts < MAX_ATTEMPTS:
                     failed.append(op)
-            elif op.reservation_id:
-                self._inflight.pop(op.reservation_id, None)
+            else:
+                if op.on_reply is not None:
+                    op.on_reply(res)
+                if op.reservation_id:
+                    self._inflight.pop(op.reservation_id, None)
         if failed:
             self._requeue(failed)
 
-    def _conn(self) -> _Conn:
+    def _conn(self, node: str = "") -> _Conn:
+        """This thread's connection to ``node`` (see Wires.node_of)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            local.conn = _Conn(self.client.connection_pool.make_connection())
-            local.pid = os.getpid()
+            local.conns, local.pid = {}, os.getpid()
+        conn: _Conn | None = local.conns.get(node)
+        if conn is None:
+            conn = local.conns[node] = _Conn(self.topology.connection(node))
             with self._lock:
                 self._forget_parent_locked()
-                self._conns.append(local.conn)
-        conn: _Conn = local.conn
+                self._conns.append(conn)
         return conn
 
     def _forget_parent_locked(self) -> None:

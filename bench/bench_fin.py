@@ -1,0 +1,66 @@
+"""Redis CPU of the finished-ids bookkeeping a settle does (bc:{R}:fin), by variant.
+
+Each variant is a script doing only that part of settle.lua's work (Redis TIME, then the
+zset writes), run 20,000 times per round in pipelines of 500, 5 rounds, in one
+redis-server started here; the figure is the Redis main thread's CPU per script call
+(INFO cpu), median of the rounds:
+
+  none          TIME only: the unit
+  zadd          + ZADD of the finished id (what every settle must do)
+  zadd+trim/16  + ZREMRANGEBYSCORE of the ids older than an hour on one call in 16
+                (by Redis ms), as lua/lib.lua does
+  zadd+trim     + that trim on every call (the earlier form)
+
+Run: .venv/bin/python bench/bench_fin.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+
+import redis
+
+from coordinator.embedded import RedisServer
+
+_NOW = ("local t = redis.call('TIME') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) ")
+_TRIM = "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000) "
+VARIANTS = {
+    "none": _NOW + "return 1",
+    "zadd": _NOW + "redis.call('ZADD', KEYS[1], now, ARGV[1]) return 1",
+    "zadd+trim/16": _NOW + "redis.call('ZADD', KEYS[1], now, ARGV[1]) "
+                    "if now % 16 == 0 then " + _TRIM + "end return 1",
+    "zadd+trim": _NOW + "redis.call('ZADD', KEYS[1], now, ARGV[1]) " + _TRIM + "return 1",
+}
+CALLS, ROUNDS, BATCH = 20_000, 5, 500
+
+
+def main() -> None:
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+
+        def cpu_us() -> float:
+            info = client.info("cpu")
+            return (float(info["used_cpu_sys"]) + float(info["used_cpu_user"])) * 1e6
+
+        shas = {name: client.script_load(src) for name, src in VARIANTS.items()}
+        per_call: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        for _ in range(ROUNDS):
+            for name, sha in shas.items():  # interleaved: load drift hits every variant
+                ids = [uuid.uuid4().hex for _ in range(CALLS)]
+                before = cpu_us()
+                for start in range(0, CALLS, BATCH):
+                    pipe = client.pipeline(transaction=False)
+                    for i in ids[start:start + BATCH]:
+                        pipe.evalsha(sha, 1, "bc:{R}:fin:" + name, i)
+                    pipe.execute()
+                per_call[name].append((cpu_us() - before) / CALLS)
+        print(f"Redis CPU us per call, median of {ROUNDS} rounds of {CALLS:,}")
+        for name, values in per_call.items():
+            print(f"  {name:13s} {statistics.median(values):5.2f}   "
+                  f"(rounds: {', '.join(f'{v:.2f}' for v in sorted(values))})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Garbage collection of trees left open by processes that died: found after an idle time,
+listed (dry run) or closed and set to expire (``budgetctl gc``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import redis
+
+from ..core.keys import KeySpace
+from ..core.paths import Path
+from .retention import walk
+from .topology import Client
+from .tree import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IdleTree:
+    """A tree still listed open with no activity for ``idle_s``."""
+
+    root: str
+    idle_s: float
+    contexts: int
+    spent_usd: float
+
+
+@dataclass
+class GcReport:
+    """What a sweep found and did."""
+
+    examined: int = 0
+    """Open trees looked at (those created more than ``idle_s`` ago)."""
+    idle: list[IdleTree] = field(default_factory=list)
+    expired: int = 0
+    """Idle trees closed and set to expire (0 on a dry run)."""
+    stale: int = 0
+    """Index entries of trees whose root no longer exists, removed (0 on a dry run)."""
+    dry_run: bool = True
+
+
+def _last_activity_ms(client: Client, ks: KeySpace, root: str, contexts: list[str]) -> int:
+    """The latest of: a context's creation or stop, its last node record, and a lease
+    still held (a live process renews it: now or later)."""
+    pipe = client.pipeline(transaction=False)
+    for cid in contexts:
+        pipe.hmget(ks.ctx(root, cid), "created_ms", "stopped_ms")
+        pipe.xrevrange(ks.nodes(root, cid), count=1)
+    pipe.zrange(ks.leases(root), -1, -1, withscores=True)
+    replies = pipe.execute()
+    latest = 0
+    for times in replies[0:-1:2]:
+        latest = max([latest, *(int(t) for t in times if t and str(t).isdigit())])
+    for last in replies[1:-1:2]:
+        if last:
+            latest = max(latest, int(str(last[0][0]).split("-")[0]))
+    if replies[-1]:
+        latest = max(latest, int(replies[-1][0][1]))
+    return latest
+
+
+def sweep(store: Store, retention_s: int, idle_s: float, *, dry_run: bool = True,
+          limit: int = 1000) -> GcReport:
+    """Find the trees still listed open (oldest first, at most ``limit`` from each index
+    shard) with no activity for ``idle_s`` seconds: their processes died without
+    closing them. Unless ``dry_run``, close each (its summary event is written, later
+    calls in it halt) and start the retention clock on all its keys; index entries of
+    trees whose root is gone are removed. Closed trees expire after ``retention_s``."""
+    client, ks = store.client, store.ks
+    now_ms = store.server_time_ms()
+    cutoff = now_ms - idle_s * 1000
+    report = GcReport(dry_run=dry_run)
+    for shard in ks.roots_shards():
+        for raw in client.zrangebyscore(shard, "-inf", cutoff, start=0, num=limit):
+            root = str(raw)
+            report.examined += 1
+            try:
+                _sweep_one(store, retention_s, shard, root, now_ms, cutoff, report)
+            except redis.RedisError as exc:
+                log.warning("gc: tree %s skipped: %s", root, exc)
+    return report
+
+
+def _sweep_one(store: Store, retention_s: int, shard: str, root: str, now_ms: int,
+               cutoff: float, report: GcReport) -> None:
+    client, ks = store.client, store.ks
+    if not client.exists(ks.ctx(root, root)):
+        if not report.dry_run:
+            client.zrem(shard, root)
+            report.stale += 1
+        return
+    contexts = walk(client, ks, root)
+    last = _last_activity_ms(client, ks, root, contexts)
+    if last > cutoff:
+        return
+    spent = int(client.hget(ks.ctx(root, root), "u:usd") or 0)
+    report.idle.append(IdleTree(root, (now_ms - last) / 1000, len(contexts), spent / 1e6))
+    if report.dry_run:
+        return
+    store.close(Path(root, (root,)), retention_s)  # expires the tree
+    report.expired += 1
+
+
+def gc(store: Store, retention_s: int, idle_s: float, dry_run: bool) -> GcReport:
+    """``budgetctl gc``: list (``dry_run``) or close and expire the trees idle for
+    ``idle_s`` seconds (see :func:`sweep`)."""
+    return sweep(store, retention_s, idle_s, dry_run=dry_run)

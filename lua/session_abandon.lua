@@ -1,0 +1,13 @@
+-- session_abandon.lua: give up a creation claim (the sandbox could not be made).
+-- KEYS[1] the tenant's zset of creation claims
+-- KEYS[2] the tenant's hash of claim ids
+-- ARGV[1] member
+-- ARGV[2] claim id
+-- Returns 1 when the caller's claim was dropped, 0 when it was not the caller's.
+
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1

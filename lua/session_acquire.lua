@@ -1,0 +1,66 @@
+-- session_acquire.lua: the usable session of a path, or the right to create one. Admission
+-- against the tenant cap happens here, in the same step as the claim, so that no
+-- interleaving of creators can pass the cap.
+-- KEYS[1] the session's record hash
+-- KEYS[2] the tenant's set of active sessions
+-- KEYS[3] the tenant's zset of active sessions by expires_at
+-- KEYS[4] the tenant's zset of creation claims by claim deadline (ms)
+-- KEYS[5] the tenant's hash of claim ids by member
+-- ARGV[1] member "<conversation>:<path>"
+-- ARGV[2] cap: active sessions + live claims the tenant may hold
+-- ARGV[3] max executions before rotation
+-- ARGV[4] claim id (random, the caller's)
+-- ARGV[5] claim ttl ms (the creation timeout)
+-- Returns {kind, now_ms, retired_sandbox_id or '', n, field1, value1, ...}:
+--   'existing' the record is active, unexpired, under max executions (fields follow)
+--   'wait'     another caller holds a live claim for this path (n = its deadline)
+--   'cap'      the tenant holds n >= cap active sessions and claims; nothing changed
+--   'claimed'  the caller now holds the claim; create the sandbox, then session_commit
+-- An active record that expired or reached max executions is retired first (status
+-- expired, or terminated with reason rotated; removed from the indexes) and its sandbox
+-- id returned so the caller kills it.
+
+local now = now_ms()
+local member = ARGV[1]
+local cap = tonumber(ARGV[2])
+local max_exec = tonumber(ARGV[3])
+local retired = ''
+local rec = redis.call('HMGET', KEYS[1], 'status', 'expires_at', 'execution_count',
+                       'sandbox_id')
+if rec[1] == 'active' then
+  local expired = tonumber(rec[2]) <= now
+  if not expired and tonumber(rec[3]) < max_exec then
+    local out = {'existing', now, '', 0}
+    local flat = redis.call('HGETALL', KEYS[1])
+    for i = 1, #flat do out[#out + 1] = flat[i] end
+    return out
+  end
+  if expired then
+    redis.call('HSET', KEYS[1], 'status', 'expired', 'terminated_reason', 'expired',
+               'updated_at', now)
+  else
+    redis.call('HSET', KEYS[1], 'status', 'terminated', 'terminated_reason', 'rotated',
+               'updated_at', now)
+  end
+  redis.call('SREM', KEYS[2], member)
+  redis.call('ZREM', KEYS[3], member)
+  retired = rec[4] or ''
+end
+
+-- Claims of creators that died or gave up lapse at their deadline.
+local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+if #stale > 0 then
+  redis.call('ZREM', KEYS[4], unpack(stale))
+  redis.call('HDEL', KEYS[5], unpack(stale))
+end
+local held = redis.call('ZSCORE', KEYS[4], member)
+if held then
+  return {'wait', now, retired, tonumber(held)}
+end
+local n = redis.call('SCARD', KEYS[2]) + redis.call('ZCARD', KEYS[4])
+if n >= cap then
+  return {'cap', now, retired, n}
+end
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[5]), member)
+redis.call('HSET', KEYS[5], member, ARGV[4])
+return {'claimed', now, retired, n + 1}

@@ -1,0 +1,14 @@
+-- session_list.lua: a tenant's active sessions, from its indexes (never a keyspace scan).
+-- KEYS[1] the tenant's zset of active sessions by expires_at
+-- ARGV[1] cutoff ms: only sessions whose expires_at < cutoff; '+inf' = all active
+-- ARGV[2] limit (max members returned)
+-- Returns {now_ms, member1, expires1, member2, expires2, ...}; members are
+-- "<conversation>:<path>". Only active sessions are in the index.
+
+local now = now_ms()
+local hi = ARGV[1] == '+inf' and '+inf' or '(' .. ARGV[1]
+local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', hi, 'WITHSCORES', 'LIMIT', 0,
+                        tonumber(ARGV[2]))
+local out = {now}
+for i = 1, #rows do out[#out + 1] = rows[i] end
+return out

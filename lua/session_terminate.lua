@@ -1,0 +1,36 @@
+-- session_terminate.lua: end an active session, keeping its record for audit.
+-- KEYS[1] the session's record hash
+-- KEYS[2] the tenant's set of active sessions
+-- KEYS[3] the tenant's zset of active sessions by expires_at
+-- ARGV[1] member
+-- ARGV[2] new status: terminated | expired | error
+-- ARGV[3] reason (manual, merged, deleted, archived, expired, rotated, error)
+-- ARGV[4] last error ('' = leave as is)
+-- ARGV[5] sandbox id expected ('' = any): a session since replaced is left alone
+-- ARGV[6] '1' = only when the record is past its expires_at (cleanup), else '0'
+-- Returns {'ok', now_ms, sandbox_id}, {'inactive', now_ms, sandbox_id} when it was not
+-- active (nothing changed), {'missing', now_ms} without a record, or {'mismatch', now_ms,
+-- sandbox_id} when it names another sandbox or (ARGV[6]) has not expired.
+
+local now = now_ms()
+local rec = redis.call('HMGET', KEYS[1], 'status', 'sandbox_id', 'expires_at')
+if not rec[1] then
+  return {'missing', now}
+end
+if ARGV[5] ~= '' and rec[2] ~= ARGV[5] then
+  return {'mismatch', now, rec[2]}
+end
+if rec[1] ~= 'active' then
+  return {'inactive', now, rec[2]}
+end
+if ARGV[6] == '1' and tonumber(rec[3]) > now then
+  return {'mismatch', now, rec[2]}
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'terminated_reason', ARGV[3],
+           'updated_at', now)
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'last_error', ARGV[4])
+end
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return {'ok', now, rec[2]}
