@@ -328,3 +328,14 @@ def test_token_slices_cover_token_estimates(coord: Coordinator) -> None:
     root.close()
     check_tree(client, root.chain_id)
     check_tree(client, other.chain_id)
+
+
+def test_a_corrupt_counter_refuses_the_slice_and_stops_the_level(coord: Coordinator) -> None:
+    client = coord.client
+    root = ExecutionContext(_cfg(1.0, LeasePolicy(usd=0.1)))
+    client.hset(KS.ctx(root.chain_id, root.chain_id), "u:usd", "abc")
+    assert root.wrap_llm_call(lambda: None, WrapOptions(cost_estimate_hint=0.01)) \
+        == Decision.HALT
+    assert root.stop_reason == "state_corrupt"
+    assert client.scard(KS.slices(root.chain_id)) == 0  # no slice was taken
+    root.close()
