@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -35,6 +36,14 @@ def spend(ctx: ExecutionContext, usd: float) -> Decision:
 
 
 @pytest.mark.slow
+def wait_until_up(coord: Coordinator) -> None:
+    """Wait for the backend breaker's probe to find Redis answering (one probe interval)."""
+    deadline = time.monotonic() + 10
+    while coord.backend.down and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not coord.backend.down
+
+
 def test_redis_down_halts_with_reason_then_run_continues(own_redis: RedisServer) -> None:
     coord = Coordinator.from_url(own_redis.url, token_keys={"k": b"0123456789abcdef0"})
     try:
@@ -52,6 +61,7 @@ def test_redis_down_halts_with_reason_then_run_continues(own_redis: RedisServer)
         assert last.event_type == "backend_unavailable" and "Redis unavailable" in last.reason
 
         own_redis.start()
+        wait_until_up(coord)  # the backend breaker lets calls through once a probe answers
         assert spend(ctx, 0.20) == Decision.ALLOW
         after = ctx.get_snapshot()
         assert after.cost_usd_accumulated == pytest.approx(0.30)
@@ -69,6 +79,7 @@ def test_context_opened_while_redis_is_down_halts_then_opens(own_redis: RedisSer
         ctx = ExecutionContext(CONFIG, coordinator=coord)
         assert ctx.wrap_llm_call(lambda: None) == Decision.HALT
         own_redis.start()
+        wait_until_up(coord)
         assert spend(ctx, 0.05) == Decision.ALLOW
         assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(0.05)
         ctx.close()

@@ -1,7 +1,12 @@
 """One call's reserve -> run -> settle: reserve its estimate at every level and consult the
 pipeline and the circuit breaker (``begin``), then settle what it spent (``complete``) or
 release its hold (``fail``), and say how it ended. The sync and async loops that run the
-call between these steps are in wrap.py."""
+call between these steps are in wrap.py.
+
+The steps are generators yielding what they need from the store (steps.py drives them in
+the caller's thread or from an event loop): one implementation for both. While the backend
+breaker is open (Redis stalled), a call fails closed before anything is sent, unless a
+live lease slice covers it (lease_steps.py: such a call yields no request at all)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import logging
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from ..core import pricing
@@ -27,13 +33,16 @@ from ..models import Decision, WrapOptions
 from ..shield.pipeline import ToolCallContext
 from ..shield.policy import PolicyContext
 from ..store.errors import UNAVAILABLE
-from ..store.leases_store import LeaseStore, is_slice
-from ..store.records import ReservationRecord
+from ..store.health import BackendDown, is_stall
+from ..store.requests import Blocking, Reserve
 from ..store.tree import Held, Replayed, Stop
 from .cancellation import CancellationToken, CancelledByContext
 from .lease import LeaseSlice
 from .lease_registry import slice_of
+from .lease_steps import finish_served, release_promise, take_slice
+from .reaping import reap
 from .state import ContextState
+from .steps import Steps
 
 log = logging.getLogger("coordinator")
 
@@ -44,6 +53,8 @@ _LIMIT_ERRORS: dict[type[Exception], str] = {
     TokenBudgetExceededError: "token_budget_exceeded",
 }
 _REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
+MAX_OFFLINE_EVENTS = 1000
+"""The events kept of calls refused while Redis was away (the latest; older are dropped)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,8 @@ active_call: ContextVar[Call | None] = ContextVar("budget_call", default=None)
 
 # -- before: reserve, then the pipeline and the breaker ----------------------------------
 
-def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> Call | Outcome:
+def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
+          ) -> Steps[Call | Outcome]:
     """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
     flight, or the decision that stops it before it runs."""
     call_id, keyed = state.next_call_id()
@@ -102,19 +114,40 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> 
         return halt(state, kind, opts, call_id, "closed", "context is closed")
     amounts = reserve_amounts(opts)
     lease = slice_of(state)
-    if lease is not None:  # lease mode: served from the slice when it covers the estimate
-        served = _from_slice(state, lease, amounts)
-        if served:
-            return _admit(_new_call(state, owner, kind, opts, call_id, amounts, lease=lease))
+    # covered by the live slice: no store request (so served while Redis is away too)
+    served = lease is not None and lease.serve(amounts)
+    backend = state.coord.backend
+    taking = False  # (a stalled take leaves no hold of the call's to withdraw)
     try:
-        state.ensure_open()
-        res = state.store.reserve(state.path, call_id, amounts, keyed=keyed)
+        if not served:  # a slice take or a reserve: both fail fast while Redis is away
+            if not backend.allow():
+                raise BackendDown()
+            if state.pending_open is not None:
+                yield Blocking(state.ensure_open)
+            if lease is not None:  # a new slice: one round trip, like a reserve
+                taking = True
+                served = yield from take_slice(state, lease, amounts)
+                taking = False
+            if not served:
+                res = yield Reserve(state.store, state.path, call_id, amounts, keyed)
     except UNAVAILABLE as exc:
+        if is_stall(exc):
+            backend.failed(exc)
+        if is_stall(exc) and not keyed and not taking:
+            # The reserve may have landed without its reply: withdraw it (charging
+            # nothing) with the next round trip; if it lands after that, its lease ends it.
+            # (A keyed id is left to its lease: a release would mark it finished.)
+            state.store.finish(state.path, call_id, outcome="skip", node=None, amounts=[],
+                               write_behind=True, queue_only=True)
+            state.coord.schedule_flush()
         if state.coord.fail_open:
             log.warning("Redis unavailable; running %s without a budget (fail_open)", call_id)
             return _new_call(state, owner, kind, opts, call_id, amounts, reserved=False)
         err = BackendUnavailableError("reserve", exc)
         return halt(state, kind, opts, call_id, "backend_unavailable", str(err), offline=True)
+    if served:
+        return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts,
+                                            lease=lease)))
     if isinstance(res, Replayed):  # finished in an earlier delivery of the same work
         return Outcome(_REPLAYED[res.outcome], reason="replayed",
                        detail=f"call {call_id} already finished ({res.outcome})")
@@ -126,41 +159,39 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions) -> 
     state.coord.observe_redis_time(res.now_ms)
     if res.expired:
         reap(state, res.expired)
-    return _admit(_new_call(state, owner, kind, opts, call_id, amounts))
+    return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts)))
 
 
-def _from_slice(state: ContextState, lease: LeaseSlice, amounts: list[str | int]) -> bool:
-    """Whether the call is served from the context's slice (refilled when it cannot
-    cover the estimate); False: it takes a strict reserve."""
-    if lease.serve(amounts):
-        return True
-    try:
-        state.ensure_open()
-        served, expired, stops = lease.refill(amounts)
-    except UNAVAILABLE:
-        return False  # the strict reserve reports it
-    for stop in stops:
-        if stop.ctx_id in state.path.ids:
-            state.handle_stop(stop.reason)
-    if expired:
-        reap(state, expired)
-    return served and state.stopped is None
-
-
-def _admit(call: Call) -> Call | Outcome:
+def _admit(call: Call) -> Steps[Call | Outcome]:
     """Consult the pipeline and the breaker for a call that holds its estimate."""
     state = call.state
+    if state.pipeline is None and state.circuit_breaker is None:
+        return call
     try:
-        refusal = _consult_before(call)
-    except BaseException:  # a hook failed: the call never runs, its hold goes
-        finish(call, "skip", node(call, "error"), [], write_behind=True)
+        refusal = yield Blocking(partial(_consult_before, call))
+    except GeneratorExit:
         raise
-    if refusal is not None:
-        finish(call, "skip", node(call, "halted"), [], write_behind=True)
+    except BaseException:  # a hook failed: the call never runs, its hold goes
+        _withdraw(call, "error")
+        raise
+    if isinstance(refusal, Outcome):
+        _withdraw(call, "halted")
         if call.token is not state.cancellation_token:
             call.token.detach()
         return refusal
     return call
+
+
+def _withdraw(call: Call, status: str) -> None:
+    """Give back the hold of a call that will not run, without waiting: its slice's
+    promise, or a queued release of its reservation."""
+    state = call.state
+    if call.lease is not None:
+        release_promise(call.lease, call.held, node(call, status))
+        return
+    state.store.finish(state.path, call.call_id, outcome="skip", node=node(call, status),
+                       amounts=[], write_behind=True, queue_only=True)
+    state.coord.schedule_flush()
 
 
 def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
@@ -215,14 +246,21 @@ def _consult_before(call: Call) -> Outcome | None:
 def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
          detail: str, *, offline: bool = False, level: str | None = None) -> Outcome:
     """Record a refused call: its node (with the reason) always, the chain-level
-    event once per reason per context (the reference's de-duplication); HALT."""
+    event once per reason per context (the reference's de-duplication); HALT. Refusals
+    while Redis is away record one event per run of them (a stalled Redis refuses
+    thousands)."""
+    outcome = Outcome(Decision.HALT, reason=reason, detail=detail)
+    if offline and state.offline_events and state.offline_events[-1].event_type == reason:
+        return outcome
     meta: dict[str, Any] = {"node_id": call_id, "operation_name": opts.operation_name}
     if level is not None and level != state.ctx_id:
         meta["stopped_at"] = level
     event = state.event(reason, detail or reason, **meta)
-    outcome = Outcome(Decision.HALT, reason=reason, detail=detail)
     if offline:
-        state.offline_events.append(event)
+        events = state.offline_events
+        events.append(event)
+        if len(events) > 2 * MAX_OFFLINE_EVENTS:
+            del events[:-MAX_OFFLINE_EVENTS]
         return outcome
     status = reason if reason in ("aborted", "timeout") else "halted"
     now = time.time()
@@ -233,22 +271,6 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     state.store.queue_node(state.path, json.dumps(record))
     state.coord.schedule_flush()
     return outcome
-
-
-def reap(state: ContextState, expired: list[tuple[str, ReservationRecord]]) -> None:
-    """Settle reservations whose worker stopped renewing them, at their estimate."""
-    now = time.time()
-    for reservation_id, record in expired:
-        if is_slice(reservation_id):  # a slice: what it flushed stays, the rest returns
-            LeaseStore(state.store).reclaim(state.path.root, reservation_id, record)
-            continue
-        lost = {"node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",
-                "start_ts": now, "end_ts": now, "status": "lost",
-                "cost_usd": micro_to_usd(record.held_amount("usd")),
-                "input_tokens": record.held_amount("tin"),
-                "output_tokens": record.held_amount("tout")}
-        state.store.reap(state.path.root, reservation_id, record, lost)
-    state.coord.schedule_flush()
 
 
 # -- after: what it spent, and how it ended ----------------------------------------------
@@ -296,7 +318,7 @@ def spent(call: Call, usage: Usage | None, *, default_to_estimate: bool
     return cost or 0, tin, tout, provider
 
 
-def complete(call: Call, result: Any) -> Outcome:
+def complete(call: Call, result: Any) -> Steps[Outcome]:
     """Settle a call that returned: what it reported (or its response carries) is
     charged, and written behind when it fits in what was held."""
     state = call.state
@@ -306,41 +328,58 @@ def complete(call: Call, result: Any) -> Outcome:
         usage = call.collector.usage or usage_from_response(result)
         cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
     except Exception as exc:  # noqa: BLE001 - the response's usage cannot be taken
-        _charge_estimate(call)
+        yield from _charge_estimate(call)
         raise InvalidUsageError(f"call {call.call_id} ran, but its usage cannot be "
                                 f"charged ({exc}); its estimate was charged") from exc
     decision = Decision.ALLOW
-    try:
-        if state.pipeline is not None and call.tool_ctx is not None:
-            # before_charge decides for LLM calls only (the reference's rule): a tool
-            # call that already ran is not turned into a HALT; hooks still learn its cost.
-            if call.kind == "llm":
-                decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
-            else:
-                state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
-            state.mirror_pipeline_events(state.pipeline)
-        if state.circuit_breaker is not None:
-            state.circuit_breaker.record_success()
-    finally:  # the money is spent whatever a hook does
-        if call.reserved:
-            amounts = actual_amounts(cost, tin, tout, provider)
-            held = call.held
-            within = all(int(amounts[i + 1]) <= held.get(str(amounts[i]), 0)
-                         for i in range(0, len(amounts), 2))
-            record = node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
-            finish(call, "ok", record, amounts, write_behind=within)
+    hook_error: BaseException | None = None
+    if state.pipeline is not None or state.circuit_breaker is not None:
+        try:
+            decision = yield Blocking(partial(_after_success, call, cost))
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the money is spent whatever a hook does
+            hook_error = exc
+    if call.reserved:
+        amounts = actual_amounts(cost, tin, tout, provider)
+        held = call.held
+        within = all(int(amounts[i + 1]) <= held.get(str(amounts[i]), 0)
+                     for i in range(0, len(amounts), 2))
+        record = node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
+        yield from finish(call, "ok", record, amounts, write_behind=within)
+    if hook_error is not None:
+        raise hook_error
     return Outcome(decision, result)
 
 
-def _charge_estimate(call: Call) -> None:
+def _after_success(call: Call, cost: int) -> Decision:
+    """The pipeline's ``before_charge`` hooks and the breaker's success (they may read
+    Redis)."""
+    state = call.state
+    decision = Decision.ALLOW
+    if state.pipeline is not None and call.tool_ctx is not None:
+        # before_charge decides for LLM calls only (the reference's rule): a tool call
+        # that already ran is not turned into a HALT; hooks still learn its cost.
+        if call.kind == "llm":
+            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+        else:
+            state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
+        state.mirror_pipeline_events(state.pipeline)
+    if state.circuit_breaker is not None:
+        state.circuit_breaker.record_success()
+    return decision
+
+
+def _charge_estimate(call: Call) -> Steps[None]:
     """Settle a call that ran but whose usage cannot be read or priced at its estimate
     (it was billed, for an unknown amount); it counts no step and no retry."""
     cost, tin, tout, provider = spent(call, None, default_to_estimate=True)
     record = node(call, "error", cost_micro=cost, tin=tin, tout=tout)
-    finish(call, "skip", record, actual_amounts(cost, tin, tout, provider), write_behind=True)
+    yield from finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
+                      write_behind=True)
 
 
-def fail(call: Call, exc: BaseException) -> Outcome | None:
+def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
     """Settle a call that did not complete. Returns the outcome, or None to re-raise
     (interpreter exits, outer cancellations, bad usage reports)."""
     state = call.state
@@ -350,15 +389,16 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
     if state.circuit_breaker is not None and (
         isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
     ):
-        state.circuit_breaker.release()  # not a provider failure: free a probe it held
+        # not a provider failure: free a probe it held
+        yield Blocking(state.circuit_breaker.release)
     if isinstance(exc, CancelledByContext):
         reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
         # Work was in flight when it was cancelled: charge what it reported, else its
         # estimate (it may have been billed).
         cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
         record = node(call, reason, cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
-               write_behind=False)
+        yield from finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
+                          write_behind=False)
         if not state.cancellation_token.cancelled:  # the call's own timeout
             state.record_event(state.event("timeout", f"call exceeded "
                                            f"{call.options.timeout_ms} ms",
@@ -371,7 +411,7 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
         # Interpreter exits, outer cancellations and bad usage reports propagate; the
         # call counts no retry, and what it validly reported is still charged.
         record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        finish(call, "skip", record, amounts, write_behind=True)
+        yield from finish(call, "skip", record, amounts, write_behind=True)
         return None
     limit_error = next((r for t, r in _LIMIT_ERRORS.items() if isinstance(exc, t)), None)
     if limit_error is not None:
@@ -379,18 +419,15 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
         reason = limit_error
         record = node(call, "timeout" if reason == "timeout" else "halted",
                       cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        finish(call, "skip", record, amounts, write_behind=False)
+        yield from finish(call, "skip", record, amounts, write_behind=False)
         state.record_event(state.event(reason, f"{type(exc).__name__}: {exc}",
                                        node_id=call.call_id, scope="tool"))
         return Outcome(Decision.HALT, reason=reason, detail=str(exc), error=exc)
     decision = Decision.RETRY
-    if state.pipeline is not None and call.tool_ctx is not None:
-        decision = state.pipeline.on_error(call.tool_ctx, exc)
-        state.mirror_pipeline_events(state.pipeline)
-    if state.circuit_breaker is not None:
-        state.circuit_breaker.record_failure()
+    if state.pipeline is not None or state.circuit_breaker is not None:
+        decision = yield Blocking(partial(_after_error, call, exc))
     record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, retries=1, usage=usage)
-    stops = finish(call, "error", record, amounts, write_behind=False)
+    stops = yield from finish(call, "error", record, amounts, write_behind=False)
     if any(s.reason == "retry_budget_exceeded" for s in stops) or (
         state.stopped == "retry_budget_exceeded"
     ):
@@ -401,6 +438,18 @@ def fail(call: Call, exc: BaseException) -> Outcome | None:
         return Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
     return Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
                    error=exc)
+
+
+def _after_error(call: Call, exc: BaseException) -> Decision:
+    """The pipeline's ``on_error`` hooks and the breaker's failure (they may read Redis)."""
+    state = call.state
+    decision = Decision.RETRY
+    if state.pipeline is not None and call.tool_ctx is not None:
+        decision = state.pipeline.on_error(call.tool_ctx, exc)
+        state.mirror_pipeline_events(state.pipeline)
+    if state.circuit_breaker is not None:
+        state.circuit_breaker.record_failure()
+    return decision
 
 
 def record_capability(call: Call, *, result: Any = None,
@@ -414,27 +463,38 @@ def record_capability(call: Call, *, result: Any = None,
 
 
 def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,
-           write_behind: bool) -> list[Stop]:
+           write_behind: bool) -> Steps[list[Stop]]:
     """Settle or release the call's reservation; apply the stops it caused here."""
     if not call.reserved:
         return []
     state = call.state
-    if call.lease is not None:
-        stops = call.lease.finish(call.held, outcome, record, amounts, now=not write_behind)
-        for stop in stops:
-            if stop.ctx_id in state.path.ids:
-                state.handle_stop(stop.reason)
-        return stops
-    try:
-        stops = state.store.finish(state.path, call.call_id, outcome=outcome, node=record,
-                                   amounts=amounts, write_behind=write_behind)
-    except UNAVAILABLE:
-        # Keep it queued; if it never lands, the lease charges the estimate.
-        stops = state.store.finish(state.path, call.call_id, outcome=outcome, node=record,
-                                   amounts=amounts, write_behind=True)
-    if write_behind:
-        state.coord.schedule_flush()
+    if call.lease is not None:  # served from a slice: settled in-process (lease.py)
+        stops = yield from finish_served(call.lease, call.held, outcome, record, amounts,
+                                         now=not write_behind)
+    else:
+        done: tuple[list[Stop], bool] = yield Blocking(
+            partial(_finish_now, call, outcome, record, amounts, write_behind))
+        stops, behind = done
+        if behind:
+            state.coord.schedule_flush()
     for stop in stops:
         if stop.ctx_id in state.path.ids:
             state.handle_stop(stop.reason)
     return stops
+
+
+def _finish_now(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int],
+                write_behind: bool) -> tuple[list[Stop], bool]:
+    """(the stops, whether it went behind): written behind when asked, or queued while
+    Redis is down (if it never lands, the lease charges the estimate)."""
+    state = call.state
+    store, backend = state.store, state.coord.backend
+    args: dict[str, Any] = {"outcome": outcome, "node": record, "amounts": amounts}
+    if backend.allow():
+        try:
+            stops = store.finish(state.path, call.call_id, write_behind=write_behind, **args)
+            return stops, write_behind
+        except UNAVAILABLE as exc:
+            backend.failed(exc)
+    store.finish(state.path, call.call_id, write_behind=True, queue_only=True, **args)
+    return [], True

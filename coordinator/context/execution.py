@@ -10,6 +10,7 @@ has the whole glossary."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import uuid
@@ -41,13 +42,21 @@ from ..models import (
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline, ToolCallContext
 from ..store.errors import UNAVAILABLE
+from ..store.health import BackendDown
 from .call import Outcome, active_call
 from .cancellation import CancellationToken
 from .charging import propagate_child_cost
 from .data_members import ContextDataMembers
 from .lease_registry import end_lease, flush_lease
 from .ledger import TokenLedger
-from .opening import attach_state, check_type, mint_token, open_state, token_state
+from .opening import (
+    attach_state,
+    check_type,
+    mint_token,
+    open_pending,
+    open_state,
+    token_state,
+)
 from .reading import active_limits, limit_error, load_snapshot, snapshot
 from .state import ContextState
 from .wrap import run_async, run_sync
@@ -283,11 +292,46 @@ class ExecutionContext(ContextDataMembers):
         self.close()
 
     async def __aenter__(self) -> ExecutionContext:
+        """Open the context (made on an event loop, the constructor left that to here)
+        off the event loop."""
+        if self._state.pending_open is not None:
+            await asyncio.to_thread(open_pending, self._state)
         return self.__enter__()
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.__exit__(exc_type, exc, tb)
+        if self._ctx_token is not None:
+            try:
+                active_context.reset(self._ctx_token)
+            except ValueError:  # exited in another context (e.g. another task)
+                active_context.set(None)
+            self._ctx_token = None
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`: flushes and closes off the event loop."""
+        await asyncio.to_thread(self.close)
+
+    async def aabort(self, reason: str) -> None:
+        """Async twin of :meth:`abort`: work here is cancelled at once; the durable abort
+        is written off the event loop."""
+        check_type("reason", reason, str)
+        self._state.handle_stop("aborted")
+        await asyncio.to_thread(self._state.send_abort, reason[:MAX_REASON])
+
+    async def aspawn_child(self, *args: Any, **kwargs: Any) -> ExecutionContext:
+        """Async twin of :meth:`spawn_child` (same arguments): opens off the event loop."""
+        return await asyncio.to_thread(self.spawn_child, *args, **kwargs)
+
+    @classmethod
+    async def aattach(cls, token: str, coordinator: Coordinator | None = None
+                      ) -> ExecutionContext:
+        """Async twin of :meth:`attach`: reads the context off the event loop."""
+        return await asyncio.to_thread(cls.attach, token, coordinator)
+
+    async def aget_snapshot(self) -> ContextSnapshot:
+        """Async twin of :meth:`get_snapshot`: reads off the event loop."""
+        return await asyncio.to_thread(self.get_snapshot)
 
     def close(self) -> None:
         """Flush this process's queued writes and, if this handle opened the context,
@@ -300,7 +344,9 @@ class ExecutionContext(ContextDataMembers):
         state.closed = True
         coord = state.coord
         try:
-            end_lease(state)
+            end_lease(state)  # queued, not sent, while Redis is away
+            if not coord.backend.allow():
+                raise BackendDown()
             state.store.flush()
             if state.owner and state.pending_open is None:
                 m = state.metadata
@@ -429,13 +475,17 @@ class ExecutionContext(ContextDataMembers):
                         deadline: datetime | None = None,
                         token_budget: TokenBudget | None = None) -> Any:
         """Async twin of :meth:`evaluate`."""
-        target = self._tightened(deadline, token_budget)
+        target = self
+        if deadline is not None or token_budget is not None:
+            target = await asyncio.to_thread(self._tightened, deadline, token_budget)
         try:
             outcome = await run_async(target._state, target, "llm", fn, options)
         finally:
             if target is not self:
-                target.close()
-        return target._result_or_raise(outcome)
+                await target.aclose()
+        if outcome.decision == Decision.ALLOW:
+            return outcome.result
+        return await asyncio.to_thread(target._result_or_raise, outcome)
 
     def _tightened(self, deadline: datetime | None, token_budget: TokenBudget | None
                    ) -> ExecutionContext:

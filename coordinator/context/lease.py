@@ -20,6 +20,7 @@ from ..core.paths import Path
 from ..models import LeasePolicy
 from ..runtime.coordinator import Coordinator
 from ..store.errors import UNAVAILABLE
+from ..store.health import BackendDown, is_stall
 from ..store.leases_store import SLICE_PREFIX, Batch, LeaseStore, NotTaken, decode_take
 from ..store.records import ReservationRecord
 from ..store.tree import Stop, decode_stops
@@ -161,11 +162,12 @@ class LeaseSlice:
 
     # -- settling ------------------------------------------------------------------------
 
-    def finish(self, held: dict[str, int], outcome: str, node: dict[str, Any],
-               amounts: Sequence[str | int], *, now: bool) -> list[Stop]:
+    def settle(self, held: dict[str, int], outcome: str, node: dict[str, Any],
+               amounts: Sequence[str | int], *, now: bool) -> str | None:
         """A call served from the slice ended: release its promise, count what it spent in
-        the batch. The batch is written now when ``now`` (or when the slice is overspent,
-        or full), else within FLUSH_AFTER_S. Returns the stops of a flush made now."""
+        the batch, without a round trip. Returns what must be written now: "give_back"
+        (the slice's last call after a stop or close), "flush" (asked ``now``, or the
+        slice overspent, or the batch full), else None (written within FLUSH_AFTER_S)."""
         node_json = json.dumps(node)
         with self._lock:
             avail, spent = self.avail, self._batch.spent
@@ -193,12 +195,12 @@ class LeaseSlice:
             if schedule:
                 self._flush_scheduled = True
         if ending:
-            return self.give_back()
+            return "give_back"
         if now:
-            return self.flush()
+            return "flush"
         if schedule:
             self.coord.call_later(FLUSH_AFTER_S, self._timed_flush)
-        return []
+        return None
 
     def flush(self, *, give_back: bool = False) -> list[Stop]:
         """Write the batch now (one round trip); with ``give_back`` also return the rest
@@ -217,9 +219,14 @@ class LeaseSlice:
             if not batch.nodes and not (give_back and slice_id):
                 return []
             op = self.leases.flush_op(self.path, slice_id or "", batch, give_back=give_back)
+            backend = self.coord.backend
             try:
+                if not backend.allow():  # Redis is away: queue it, wait for nothing
+                    raise BackendDown()
                 stops = self.leases.flush(self.path, op)
-            except UNAVAILABLE:
+            except UNAVAILABLE as exc:
+                if is_stall(exc):
+                    backend.failed(exc)
                 self.leases.queue(op)
                 self.coord.schedule_flush()
                 return []

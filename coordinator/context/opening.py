@@ -3,6 +3,7 @@ token names, and minting the token that names a context."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -50,12 +51,35 @@ def open_state(coord: Coordinator, plan: OpenPlan, pipeline: ShieldPipeline | No
     path = (parent.path.child(metadata.chain_id) if parent is not None
             else Path(metadata.chain_id, (metadata.chain_id,)))
     state = ContextState(coord, path, plan.config, metadata, pipeline, circuit_breaker,
-                         owner=True, pending_open=PendingOpen(plan, metadata.model_dump_json()))
-    try:
-        state.ensure_open(first=True)
-    except UNAVAILABLE as exc:
-        log.warning("could not open context %s: %s", path.ctx_id, exc)
+                         owner=True, pending_open=PendingOpen(plan, metadata.model_dump_json(),
+                                                              fresh=True))
+    if parent is None and _on_event_loop():
+        return state  # opened by ``async with`` (or the first call) off the event loop
+    if parent is not None and parent.pending_open is not None:
+        open_pending(parent)  # a root made on an event loop and not yet opened
+    open_pending(state)
     return state
+
+
+def open_pending(state: ContextState) -> None:
+    """Open a context not opened yet; while Redis is unreachable (or known down) it stays
+    unopened and its calls halt until the open goes through (fail closed)."""
+    if not state.coord.backend.allow():
+        log.warning("could not open context %s: Redis backend unavailable", state.ctx_id)
+        return
+    try:
+        state.ensure_open()
+    except UNAVAILABLE as exc:
+        state.coord.backend.failed(exc)
+        log.warning("could not open context %s: %s", state.ctx_id, exc)
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def attach_state(coord: Coordinator, token: str) -> ContextState:

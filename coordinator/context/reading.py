@@ -11,6 +11,7 @@ from ..errors import BackendUnavailableError, ContextNotFoundError, PromptEvalua
 from ..models import ActiveLimits, ContextSnapshot
 from ..runtime.coordinator import Coordinator
 from ..store.errors import UNAVAILABLE
+from ..store.health import BackendDown
 from .state import ContextState
 
 PHASES = {"timeout": "deadline", "token_budget_exceeded": "token_budget"}
@@ -20,6 +21,8 @@ PHASES = {"timeout": "deadline", "token_budget_exceeded": "token_budget"}
 def snapshot(state: ContextState) -> ContextSnapshot:
     """The context's current state, read from Redis (after this process's queued writes).
     When Redis is unreachable, the last snapshot read (with the events recorded since)."""
+    if not state.coord.backend.allow():
+        return offline_snapshot(state)
     try:
         state.ensure_open()
         hashes, nodes, events, now = state.store.read_state(state.path)
@@ -61,6 +64,8 @@ def limit_error(state: ContextState, reason: str, detail: str) -> PromptEvaluati
     is away, the deadline)."""
     phase = PHASES.get(reason, "halted")
     try:
+        if not state.coord.backend.allow():
+            raise BackendDown()
         payload = active_limits(state).model_dump(mode="json")
     except UNAVAILABLE:
         deadline = ms_to_datetime(state.deadline_ms)

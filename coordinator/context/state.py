@@ -4,6 +4,7 @@ does with that knowledge. The facade, the per-call machinery and the ledger shar
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import secrets
@@ -35,6 +36,8 @@ class PendingOpen:
 
     plan: OpenPlan
     meta_json: str
+    fresh: bool = False
+    """No open was sent yet: finding the id taken means another context has it."""
 
 
 @dataclass(eq=False)
@@ -81,10 +84,16 @@ class ContextState:
         if pending is None:
             return
         plan = pending.plan
-        opened = self.store.open(
-            self.path, request_id=self.metadata.request_id, meta_json=pending.meta_json,
-            config_json=plan.config_json, timeout_ms=plan.config.timeout_ms,
-            deadline_ms=plan.deadline_ms, triples=plan.triples)
+        first = first or pending.fresh
+        try:
+            opened = self.store.open(
+                self.path, request_id=self.metadata.request_id, meta_json=pending.meta_json,
+                config_json=plan.config_json, timeout_ms=plan.config.timeout_ms,
+                deadline_ms=plan.deadline_ms, triples=plan.triples)
+        except UNAVAILABLE:
+            if pending.fresh:  # it may have landed: a retry that finds it finds its own
+                self.pending_open = dataclasses.replace(pending, fresh=False)
+            raise
         if isinstance(opened, OpenRefused):
             if opened.reason == "missing":
                 raise ContextNotFoundError(opened.ancestor or "")

@@ -1,6 +1,7 @@
 """The wrap loops: run a call's function between ``begin`` and ``complete``/``fail`` (see
 call.py), synchronously or as an asyncio task cancelled with its context, retrying as its
-options allow. Both loops share every step but the call itself."""
+options allow. Both loops share every step but the call itself, and differ only in how
+they wait for the store (steps.py: ``drive`` here, ``adrive`` on the I/O thread)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..models import Decision, WrapOptions
 from .call import Call, Kind, Outcome, active_call, begin, complete, fail
 from .cancellation import CancelledByContext
 from .state import ContextState
+from .steps import adrive, drive
 
 _NO_OPTIONS = WrapOptions()
 
@@ -34,7 +36,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
     opts = checked_options(fn, options)
     attempts = 1 + (opts.retry_policy_override or 0)
     for attempt in range(attempts):
-        call = begin(state, owner, kind, opts)
+        call = drive(begin(state, owner, kind, opts))
         if isinstance(call, Outcome):
             return call
         call.fn = fn
@@ -42,7 +44,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
         try:
             result = fn()
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
-            outcome = fail(call, exc)
+            outcome = drive(fail(call, exc))
             if outcome is None:
                 raise
             if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
@@ -50,7 +52,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
             return outcome
         finally:
             _exit(call, vars_)
-        return complete(call, result)
+        return drive(complete(call, result))
     raise AssertionError("unreachable")
 
 
@@ -59,8 +61,9 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
     opts = checked_options(fn, options)
     attempts = 1 + (opts.retry_policy_override or 0)
     loop = asyncio.get_running_loop()
+    io = state.coord.io
     for attempt in range(attempts):
-        call = begin(state, owner, kind, opts)
+        call = await adrive(begin(state, owner, kind, opts), io)
         if isinstance(call, Outcome):
             return call
         call.fn = fn
@@ -75,7 +78,7 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
             if isinstance(exc, asyncio.CancelledError) and call.token.cancelled:
                 exc = CancelledByContext(call.token.reason or "cancelled")
-            outcome = fail(call, exc)
+            outcome = await adrive(fail(call, exc), io)
             if outcome is None:
                 raise
             if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
@@ -85,7 +88,7 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
             unhook()
             if call.token is not state.cancellation_token:
                 call.token.detach()
-        return complete(call, result)
+        return await adrive(complete(call, result), io)
     raise AssertionError("unreachable")
 
 

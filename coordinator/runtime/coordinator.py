@@ -16,12 +16,22 @@ from ..core.token_codec import TokenCodec, parse_keys
 from ..store.channels import StopSubscription, wake
 from ..store.connection import Client, connect, shared_dev_key
 from ..store.errors import RedisError
+from ..store.health import ping
+from ..store.io_thread import IOThread
 from ..store.topology import Durability
 from ..store.tree import Store
 from ..store.views import Views
+from .backend_health import BackendHealth
 from .flusher import Flusher
 from .leases import LeaseRenewer
-from .settings import DEFAULT_LEASE_MS, DEFAULT_RETENTION_S, default_url
+from .settings import (
+    DEFAULT_HOT_TIMEOUT_MS,
+    DEFAULT_LEASE_MS,
+    DEFAULT_LONG_TIMEOUT_MS,
+    DEFAULT_PROBE_INTERVAL_MS,
+    DEFAULT_RETENTION_S,
+    default_url,
+)
 from .stop_listener import StopListener, StopTarget
 from .timers import Timers
 
@@ -47,6 +57,8 @@ class Coordinator:
         lease_ms: int = DEFAULT_LEASE_MS,
         retention_s: int = DEFAULT_RETENTION_S,
         fail_open: bool = False,
+        hot_timeout_ms: int = DEFAULT_HOT_TIMEOUT_MS,
+        probe_interval_ms: int = DEFAULT_PROBE_INTERVAL_MS,
         durability: str = "local",
         replicas: int = 1,
         wait_timeout_ms: int = 1000,
@@ -56,6 +68,15 @@ class Coordinator:
         self.tenant = tenant
         self.store = Store(client, self.keyspace, lease_ms)
         self.store.wire.durability = Durability(durability, replicas, wait_timeout_ms)
+        hot_s = hot_timeout_ms / 1000
+        self.hot_timeout_ms = hot_timeout_ms
+        self.store.wire.hot_timeout_s = hot_s
+        wires = self.store.wire.topology
+        self.backend = BackendHealth(lambda: ping(wires, hot_s), probe_interval_ms / 1000)
+        """The backend breaker: after a stall, calls fail closed at once until a probe
+        finds Redis answering again."""
+        self.io = IOThread(self.store, self.backend.allow, self.backend.failed)
+        """Runs the Redis work of async calls off their event loop."""
         self.views = Views(client, self.keyspace)
         self.retention_s = retention_s
         self.fail_open = fail_open
@@ -74,22 +95,29 @@ class Coordinator:
     # -- construction --------------------------------------------------------------------
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> Coordinator:
+    def from_url(cls, url: str, *, long_timeout_ms: int | None = None,
+                 **kwargs: Any) -> Coordinator:
         """Connect to ``url``: ``redis://``, ``rediss://`` for TLS, ``user:pass@`` for ACL
         users, ``redis+sentinel://s1:26379,s2:26379/<service>`` for Sentinel,
         ``redis+cluster://h1:p1,h2:p2`` (or a node's URL) for Redis Cluster (see
         coordinator/store/topology.py). Unless given here, durability comes from
         ``BUDGET_DURABILITY`` (``local`` or ``replicated``), token keys from
         ``BUDGET_TOKEN_KEYS``, the tenant from ``BUDGET_TENANT``, the lease from
-        ``BUDGET_LEASE_MS`` and the retention of closed trees from
-        ``BUDGET_RETENTION_S``."""
-        client = connect(url)
+        ``BUDGET_LEASE_MS``, the retention of closed trees from ``BUDGET_RETENTION_S``,
+        and the timeouts from ``BUDGET_HOT_TIMEOUT_MS``, ``BUDGET_LONG_TIMEOUT_MS`` and
+        ``BUDGET_PROBE_INTERVAL_MS`` (see runtime/settings.py for their defaults)."""
+        if long_timeout_ms is None:
+            long_timeout_ms = int(os.environ.get("BUDGET_LONG_TIMEOUT_MS")
+                                  or DEFAULT_LONG_TIMEOUT_MS)
+        client = connect(url, socket_timeout=long_timeout_ms / 1000)
         if "durability" not in kwargs and os.environ.get("BUDGET_DURABILITY"):
             kwargs["durability"] = os.environ["BUDGET_DURABILITY"]
         if "token_keys" not in kwargs and os.environ.get("BUDGET_TOKEN_KEYS"):
             kwargs["token_keys"] = parse_keys(os.environ["BUDGET_TOKEN_KEYS"])
         kwargs.setdefault("tenant", os.environ.get("BUDGET_TENANT", ""))
-        for env, name in (("BUDGET_LEASE_MS", "lease_ms"), ("BUDGET_RETENTION_S", "retention_s")):
+        for env, name in (("BUDGET_LEASE_MS", "lease_ms"), ("BUDGET_RETENTION_S", "retention_s"),
+                          ("BUDGET_HOT_TIMEOUT_MS", "hot_timeout_ms"),
+                          ("BUDGET_PROBE_INTERVAL_MS", "probe_interval_ms")):
             if name not in kwargs and os.environ.get(env):
                 kwargs[name] = int(os.environ[env])
         return cls(client, **kwargs)
@@ -186,9 +214,13 @@ class Coordinator:
             self._listener = listener
             listener.start()
             atexit.register(self.close)
-        LeaseRenewer(self.store.renew_leases, self.store.lease_ms, self.call_later,
+        LeaseRenewer(self._renew_leases, self.store.lease_ms, self.call_later,
                      lambda: self._closed).start()
         return listener
+
+    def _renew_leases(self) -> None:
+        if self.backend.allow():  # while Redis is down, do not hold the timers a timeout
+            self.store.renew_leases()
 
     def close(self) -> None:
         """Flush queued writes and stop the background threads."""
@@ -200,6 +232,8 @@ class Coordinator:
             log.warning("could not flush queued writes at exit: %s (their leases will "
                         "expire and charge the estimates)", exc)
         self._closed = True
+        self.io.close()
+        self.backend.close()
         if self._timers is not None:
             self._timers.close()
         if self._listener is not None:

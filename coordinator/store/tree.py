@@ -225,31 +225,47 @@ class Store:
         """Hold ``amounts`` at every level of ``path`` (one round trip, which also carries
         the queued writes). ``keyed``: the id is a keyed call id whose outcome is kept, so
         a replay of a finished call is recognised."""
+        try:
+            reply = self.wire.run(self.reserve_op(path, reservation_id, amounts, keyed))
+        except UNAVAILABLE:
+            self.unheard(path, reservation_id, keyed)
+            raise
+        return self.reserved(path, reservation_id, reply)
+
+    def unheard(self, path: Path, reservation_id: str, keyed: bool) -> None:
+        """A reserve whose reply did not come (Redis unreachable or not replicated)."""
+        if self.wire.durability.waits and not keyed:
+            # it may be held (on the primary, or on a replica about to take over) for
+            # a call that will not run: let go of it rather than wait for its lease
+            self.wire.queue(Op("release", list(self._finish_keys(path)), [
+                reservation_id, self.ks.abort_channel, "", NODE_STREAM_CAP,
+                self.ks.ledger_channel, "skip"]))
+
+    def reserve_op(self, path: Path, reservation_id: str, amounts: Sequence[str | int],
+                   keyed: bool) -> Op:
+        """The op of :meth:`reserve` (an I/O thread sends several in one round trip)."""
         keys = [self.ks.reservations(path.root), self.ks.leases(path.root),
                 *self._level_keys(path), self.ks.done(path.root)]
         args = [reservation_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
                 "1" if keyed else "0", *amounts]
-        try:
-            result = decode_reserve(self.wire.run(Op("reserve", keys, args)))
-        except UNAVAILABLE:
-            if self.wire.durability.waits and not keyed:
-                # it may be held (on the primary, or on a replica about to take over) for
-                # a call that will not run: let go of it rather than wait for its lease
-                self.wire.queue(Op("release", list(self._finish_keys(path)), [
-                    reservation_id, self.ks.abort_channel, "", NODE_STREAM_CAP,
-                    self.ks.ledger_channel, "skip"]))
-            raise
+        return Op("reserve", keys, args)
+
+    def reserved(self, path: Path, reservation_id: str, reply: list[Any]
+                 ) -> Held | Refused | Replayed:
+        """The result of a reserve op's reply; a hold is renewed until it finishes."""
+        result = decode_reserve(reply)
         if isinstance(result, Held):
             self.wire.track(reservation_id, path.root)
         return result
 
     def finish(self, path: Path, reservation_id: str, *, outcome: str,
                node: dict[str, Any] | None, amounts: Sequence[str | int],
-               write_behind: bool) -> list[Stop]:
+               write_behind: bool, queue_only: bool = False) -> list[Stop]:
         """Settle (``outcome='ok'``) or release (``'error'``, ``'skip'``) a reservation.
 
-        Write-behind ops are queued for the next round trip (or the flusher) and return
-        no stops; the stops still happen in Redis and are broadcast from there."""
+        Write-behind ops are sent now and their replies read later (``queue_only``: not
+        even sent, queued for the next round trip or the flusher, as while Redis is
+        down); they return no stops, which still happen in Redis and are broadcast."""
         script = "settle" if outcome == "ok" else "release"
         args: list[Any] = [reservation_id, self.ks.abort_channel,
                            json.dumps(node) if node else "", NODE_STREAM_CAP,
@@ -259,6 +275,9 @@ class Store:
         op = Op(script, list(self._finish_keys(path)), [*args, *amounts],
                 reservation_id=reservation_id,
                 on_reply=functools.partial(note_finish, script, reservation_id, path))
+        if queue_only:
+            self.wire.queue(op)
+            return []
         if write_behind:
             self.wire.send_behind(op)
             return []

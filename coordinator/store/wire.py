@@ -15,6 +15,7 @@ import redis
 
 from ..core.script_constants import EVENT_STREAM_CAP
 from .errors import MOVED
+from .health import set_timeouts
 from .scripts import Scripts
 from .topology import Client, Durability, NotReplicatedError, Wires
 
@@ -114,6 +115,8 @@ class Wire:
         self._open_batches: set[int] = set()
         self._landed = threading.Condition()
         self._conns_pid = os.getpid()
+        self.hot_timeout_s: float | None = None
+        """Connect and reply timeout of this wire's connections (None: the client's)."""
 
     # -- reservations in flight ----------------------------------------------------------
 
@@ -371,7 +374,10 @@ class Wire:
             local.conns, local.pid = {}, os.getpid()
         conn: _Conn | None = local.conns.get(node)
         if conn is None:
-            conn = local.conns[node] = _Conn(self.topology.connection(node))
+            raw = self.topology.connection(node)
+            if self.hot_timeout_s is not None:
+                set_timeouts(raw, self.hot_timeout_s)
+            conn = local.conns[node] = _Conn(raw)
             with self._lock:
                 self._forget_parent_locked()
                 self._conns.append(conn)

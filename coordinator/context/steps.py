@@ -1,0 +1,105 @@
+"""The two drivers of a call's logic. The logic (call.py) is written once, as generators
+that yield the store requests they need (store/requests.py); the sync driver runs each
+request in the caller's thread, the async driver awaits the store's I/O thread, so the
+event loop never waits on Redis. The twins differ only in how they wait."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Generator
+from functools import partial
+from typing import Any, TypeVar
+
+from ..store.io_thread import IOThread, Item
+from ..store.requests import Blocking, Request, run_here
+
+T = TypeVar("T")
+Steps = Generator[Request, Any, T]
+"""A piece of a call's logic: yields requests, receives their results (or has their
+errors thrown in), returns its value."""
+
+
+def drive(steps: Steps[T]) -> T:
+    """Run ``steps`` here, each request in this thread."""
+    try:
+        request = next(steps)
+        while True:
+            try:
+                value = run_here(request)
+            except BaseException as exc:  # noqa: BLE001 - the logic decides what it means
+                request = steps.throw(exc)
+            else:
+                request = steps.send(value)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+async def adrive(steps: Steps[T], io: IOThread) -> T:
+    """Run ``steps`` on the event loop, each request on the I/O thread. Work that is not
+    a reserve (hooks, whose state may live in context variables) runs in a copy of the
+    caller's context, and what it set there is set in the caller's."""
+    try:
+        request = next(steps)
+        while True:
+            try:
+                if isinstance(request, Blocking):
+                    ctx = contextvars.copy_context()
+                    try:
+                        value = await wait(io.submit(Blocking(partial(ctx.run, request.fn))))
+                    finally:
+                        _adopt(ctx)
+                else:
+                    value = await wait(io.submit(request))
+            except BaseException as exc:  # noqa: BLE001 - the logic decides what it means
+                request = steps.throw(exc)
+            else:
+                request = steps.send(value)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+def _adopt(ctx: contextvars.Context) -> None:
+    """Set in the current context the variables ``ctx`` changed."""
+    for var, value in ctx.items():
+        if var.get(_UNSET) is not value:
+            var.set(value)
+
+
+_UNSET = object()
+
+
+async def wait(item: Item) -> Any:
+    """The result of a request. A cancellation arriving while the I/O thread runs it is
+    held until the request is done (it takes at most one hot-path timeout) and delivered
+    at the task's next await, so that what the request did (a hold taken) is known to the
+    logic and settled by it, never left behind. A request cancelled before it started is
+    skipped, and the cancellation goes through at once."""
+    try:
+        return await item.fut
+    except asyncio.CancelledError:
+        if not item.started or item.skipped:
+            raise
+    task = asyncio.current_task()
+    assert task is not None
+    task.uncancel()
+    held = 1
+    while not item.done:
+        item.fut = item.loop.create_future()  # _resolve (on this loop) resolves it
+        try:
+            await item.fut
+        except asyncio.CancelledError:
+            if not item.done:  # another cancellation of the task: hold it too
+                task.uncancel()
+                held += 1
+        except BaseException:  # noqa: BLE001, S110 - the item has it, read below
+            pass
+    for _ in range(held):
+        task.cancel()
+    if item.skipped:
+        await asyncio.sleep(0)  # nothing was sent: the cancellation goes through here
+    if item.error is not None:
+        raise item.error
+    return item.value
