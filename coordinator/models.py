@@ -143,6 +143,42 @@ class TokenBudget(_Frozen):
         return self
 
 
+class LeasePolicy(_Frozen):
+    """Lease mode (opt-in): this process takes a slice of the budget from Redis in one
+    atomic step (held at every level like a reservation), serves calls from it locally and
+    writes their spend behind in batches. See docs/leases.md for what it relaxes."""
+
+    usd: float = 0.05
+    """The largest slice of USD taken at once (smaller near a ceiling)."""
+    steps: int = 100
+    """The largest slice of steps taken at once."""
+    tokens: int | None = None
+    """The largest slice of input and of output tokens taken at once; ``None``: calls that
+    reserve tokens keep strict reserves."""
+    max_age_ms: int = 2000
+    """A slice is returned (its spend flushed, the rest given back) at this age at most."""
+
+    @field_validator("usd", mode="before")
+    @classmethod
+    def _usd(cls, v: Any) -> float:
+        return check_usd(v, "lease usd", positive=True)
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _steps(cls, v: Any) -> Any:
+        return check_count(v, "lease steps", minimum=1)
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens(cls, v: Any) -> Any:
+        return v if v is None else check_count(v, "lease tokens", minimum=1)
+
+    @field_validator("max_age_ms", mode="before")
+    @classmethod
+    def _age(cls, v: Any) -> Any:
+        return check_count(v, "lease max_age_ms", minimum=1, maximum=MAX_TIMEOUT_MS)
+
+
 class ExecutionConfig(_Frozen):
     """Hard limits for one chain. A context's limits bound its whole subtree."""
 
@@ -158,6 +194,9 @@ class ExecutionConfig(_Frozen):
     """Token limits; ``None`` means no token limit."""
     deadline: datetime | None = None
     """Absolute, timezone-aware deadline; the earlier of this and ``timeout_ms`` wins."""
+    lease: LeasePolicy | None = None
+    """Lease mode for this context's calls (``None``: strict reserves). Children inherit it
+    unless they say otherwise."""
 
     @field_validator("max_cost_usd", mode="before")
     @classmethod

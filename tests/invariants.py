@@ -19,10 +19,11 @@ def subtree(client: redis.Redis, ks: KeySpace, root: str, ctx_id: str) -> list[s
 def check_tree(client: redis.Redis, root: str, ks: KeySpace | None = None) -> int:
     """Assert, for every context of the tree: its committed cost equals the sum of the
     settled calls in its subtree, it is within its ceiling, nothing is held, and no
-    reservation is open. Returns the root's committed micro-USD."""
+    reservation, lease or budget slice is open. Returns the root's committed micro-USD."""
     ks = ks or KeySpace()
     assert client.hlen(ks.reservations(root)) == 0, "reservations left open"
     assert client.zcard(ks.leases(root)) == 0, "leases left open"
+    assert client.scard(ks.slices(root)) == 0, "budget slices (lease mode) left open"
     node_cost: dict[str, int] = {}
     node_steps: dict[str, int] = {}
     node_retries: dict[str, int] = {}

@@ -5,7 +5,8 @@ call between these steps are in wrap.py.
 
 The steps are generators yielding what they need from the store (steps.py drives them in
 the caller's thread or from an event loop): one implementation for both. While the backend
-breaker is open (Redis stalled), a call fails closed before anything is sent."""
+breaker is open (Redis stalled), a call fails closed before anything is sent, unless a
+live lease slice covers it (lease_steps.py: such a call yields no request at all)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,13 @@ from ..shield.pipeline import ToolCallContext
 from ..shield.policy import PolicyContext
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
-from ..store.records import ReservationRecord
 from ..store.requests import Blocking, Reserve
 from ..store.tree import Held, Replayed, Stop
 from .cancellation import CancellationToken, CancelledByContext
+from .lease import LeaseSlice
+from .lease_registry import slice_of
+from .lease_steps import finish_served, release_promise, take_slice
+from .reaping import reap
 from .state import ContextState
 from .steps import Steps
 
@@ -81,6 +85,8 @@ class Call:
     collector: UsageCollector = field(default_factory=UsageCollector)
     parent_call: str | None = None
     reserved: bool = True
+    lease: LeaseSlice | None = None
+    """The slice the call was served from (lease mode), else None (a strict reserve)."""
     fn: Any = None
     """The wrapped function (the causal chain digests a partial's arguments)."""
     held: dict[str, int] = field(init=False)
@@ -107,17 +113,27 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     if state.closed:
         return halt(state, kind, opts, call_id, "closed", "context is closed")
     amounts = reserve_amounts(opts)
+    lease = slice_of(state)
+    # covered by the live slice: no store request (so served while Redis is away too)
+    served = lease is not None and lease.serve(amounts)
     backend = state.coord.backend
+    taking = False  # (a stalled take leaves no hold of the call's to withdraw)
     try:
-        if not backend.allow():
-            raise BackendDown()
-        if state.pending_open is not None:
-            yield Blocking(state.ensure_open)
-        res = yield Reserve(state.store, state.path, call_id, amounts, keyed)
+        if not served:  # a slice take or a reserve: both fail fast while Redis is away
+            if not backend.allow():
+                raise BackendDown()
+            if state.pending_open is not None:
+                yield Blocking(state.ensure_open)
+            if lease is not None:  # a new slice: one round trip, like a reserve
+                taking = True
+                served = yield from take_slice(state, lease, amounts)
+                taking = False
+            if not served:
+                res = yield Reserve(state.store, state.path, call_id, amounts, keyed)
     except UNAVAILABLE as exc:
         if is_stall(exc):
             backend.failed(exc)
-        if is_stall(exc) and not keyed:
+        if is_stall(exc) and not keyed and not taking:
             # The reserve may have landed without its reply: withdraw it (charging
             # nothing) with the next round trip; if it lands after that, its lease ends it.
             # (A keyed id is left to its lease: a release would mark it finished.)
@@ -129,6 +145,9 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
             return _new_call(state, owner, kind, opts, call_id, amounts, reserved=False)
         err = BackendUnavailableError("reserve", exc)
         return halt(state, kind, opts, call_id, "backend_unavailable", str(err), offline=True)
+    if served:
+        return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts,
+                                            lease=lease)))
     if isinstance(res, Replayed):  # finished in an earlier delivery of the same work
         return Outcome(_REPLAYED[res.outcome], reason="replayed",
                        detail=f"call {call_id} already finished ({res.outcome})")
@@ -140,7 +159,12 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     state.coord.observe_redis_time(res.now_ms)
     if res.expired:
         reap(state, res.expired)
-    call = _new_call(state, owner, kind, opts, call_id, amounts)
+    return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts)))
+
+
+def _admit(call: Call) -> Steps[Call | Outcome]:
+    """Consult the pipeline and the breaker for a call that holds its estimate."""
+    state = call.state
     if state.pipeline is None and state.circuit_breaker is None:
         return call
     try:
@@ -148,22 +172,31 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     except GeneratorExit:
         raise
     except BaseException:  # a hook failed: the call never runs, its hold goes
-        state.store.finish(state.path, call_id, outcome="skip", node=node(call, "error"),
-                           amounts=[], write_behind=True, queue_only=True)
-        state.coord.schedule_flush()
+        _withdraw(call, "error")
         raise
     if isinstance(refusal, Outcome):
-        state.store.finish(state.path, call_id, outcome="skip", node=node(call, "halted"),
-                           amounts=[], write_behind=True, queue_only=True)
-        state.coord.schedule_flush()
+        _withdraw(call, "halted")
         if call.token is not state.cancellation_token:
             call.token.detach()
         return refusal
     return call
 
 
+def _withdraw(call: Call, status: str) -> None:
+    """Give back the hold of a call that will not run, without waiting: its slice's
+    promise, or a queued release of its reservation."""
+    state = call.state
+    if call.lease is not None:
+        release_promise(call.lease, call.held, node(call, status))
+        return
+    state.store.finish(state.path, call.call_id, outcome="skip", node=node(call, status),
+                       amounts=[], write_behind=True, queue_only=True)
+    state.coord.schedule_flush()
+
+
 def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
-              call_id: str, amounts: list[str | int], *, reserved: bool = True) -> Call:
+              call_id: str, amounts: list[str | int], *, reserved: bool = True,
+              lease: LeaseSlice | None = None) -> Call:
     parent_call = active_call.get()
     tool_ctx = None
     if state.pipeline is not None or state.circuit_breaker is not None:
@@ -180,7 +213,8 @@ def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
         token = CancellationToken(parent=state.cancellation_token)
         state.coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel("timeout"))
     return Call(state, owner, call_id, kind, opts, amounts, tool_ctx, token,
-                parent_call=parent_call.call_id if parent_call else None, reserved=reserved)
+                parent_call=parent_call.call_id if parent_call else None, reserved=reserved,
+                lease=lease)
 
 
 def _consult_before(call: Call) -> Outcome | None:
@@ -237,19 +271,6 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     state.store.queue_node(state.path, json.dumps(record))
     state.coord.schedule_flush()
     return outcome
-
-
-def reap(state: ContextState, expired: list[tuple[str, ReservationRecord]]) -> None:
-    """Settle reservations whose worker stopped renewing them, at their estimate."""
-    now = time.time()
-    for reservation_id, record in expired:
-        lost = {"node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",
-                "start_ts": now, "end_ts": now, "status": "lost",
-                "cost_usd": micro_to_usd(record.held_amount("usd")),
-                "input_tokens": record.held_amount("tin"),
-                "output_tokens": record.held_amount("tout")}
-        state.store.reap(state.path.root, reservation_id, record, lost)
-    state.coord.schedule_flush()
 
 
 # -- after: what it spent, and how it ended ----------------------------------------------
@@ -447,11 +468,15 @@ def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str |
     if not call.reserved:
         return []
     state = call.state
-    done: tuple[list[Stop], bool] = yield Blocking(
-        partial(_finish_now, call, outcome, record, amounts, write_behind))
-    stops, behind = done
-    if behind:
-        state.coord.schedule_flush()
+    if call.lease is not None:  # served from a slice: settled in-process (lease.py)
+        stops = yield from finish_served(call.lease, call.held, outcome, record, amounts,
+                                         now=not write_behind)
+    else:
+        done: tuple[list[Stop], bool] = yield Blocking(
+            partial(_finish_now, call, outcome, record, amounts, write_behind))
+        stops, behind = done
+        if behind:
+            state.coord.schedule_flush()
     for stop in stops:
         if stop.ctx_id in state.path.ids:
             state.handle_stop(stop.reason)

@@ -33,6 +33,7 @@ from ..models import (
     ContextSnapshot,
     Decision,
     ExecutionConfig,
+    LeasePolicy,
     SafetyEvent,
     TokenBudget,
     WrapOptions,
@@ -46,6 +47,7 @@ from .call import Outcome, active_call
 from .cancellation import CancellationToken
 from .charging import propagate_child_cost
 from .data_members import ContextDataMembers
+from .lease_registry import end_lease, flush_lease
 from .ledger import TokenLedger
 from .opening import (
     attach_state,
@@ -178,16 +180,18 @@ class ExecutionContext(ContextDataMembers):
         isolation: IsolationLevel | str = IsolationLevel.INHERIT,
         step_name: str | None = None,
         is_parallel: bool = False,
+        lease: LeasePolicy | bool | None = None,
     ) -> ExecutionContext:
         """Open a child context. Cost (and every token dimension) defaults to what remains
         above; steps and retries to the parent's limits. Explicit limits are tightened to
         what remains above; every ancestor's limits keep applying. ``isolation`` sets how
         the child reads its ancestors' data; a ``step_name`` makes it a step of the causal
-        chain (docs/context-data.md)."""
+        chain (docs/context-data.md). ``lease``: the parent's lease policy unless given
+        (False: strict reserves; docs/leases.md)."""
         iso = IsolationLevel.of(isolation)
         check_step_name(step_name)
         plan = child_plan(self.config, max_cost_usd, max_steps, max_retries_total, timeout_ms,
-                          token_budget, deadline)
+                          token_budget, deadline, lease)
         state = open_state(self._state.coord, plan, pipeline, metadata, self._state,
                            self.circuit_breaker)
         child = ExecutionContext._from_state(state, self)
@@ -340,6 +344,7 @@ class ExecutionContext(ContextDataMembers):
         state.closed = True
         coord = state.coord
         try:
+            end_lease(state)  # queued, not sent, while Redis is away
             if not coord.backend.allow():
                 raise BackendDown()
             state.store.flush()
@@ -364,6 +369,7 @@ class ExecutionContext(ContextDataMembers):
             return
         state.closed = True
         try:
+            end_lease(state)
             if state.pending_open is None:
                 state.store.expire_context(state.path, state.coord.retention_s)
             else:
@@ -502,6 +508,7 @@ class ExecutionContext(ContextDataMembers):
 
     def limits(self) -> ActiveLimits:
         """The limits in force here: the tightest over this context and its ancestors."""
+        flush_lease(self._state)
         return active_limits(self._state)
 
     @property
@@ -514,7 +521,9 @@ class ExecutionContext(ContextDataMembers):
     def get_snapshot(self) -> ContextSnapshot:
         """The context's current state, read from Redis (after this process's queued
         writes). When Redis is unreachable, the last snapshot read (with the events
-        recorded since) is returned."""
+        recorded since) is returned. In lease mode, the calls served from this handle's
+        slice are written first."""
+        flush_lease(self._state)
         return snapshot(self._state)
 
     def __repr__(self) -> str:

@@ -79,6 +79,15 @@ class KeySpace:
     def leases(self, root: str) -> str:
         return f"{self.prefix}:{{{root}}}:leases"
 
+    def slices(self, root: str) -> str:
+        """The ids of a tree's open budget slices (lease mode; their count sizes slices)."""
+        return f"{self.prefix}:{{{root}}}:slices"
+
+    def lessees(self, root: str) -> str:
+        """Who asked a tree for a budget slice lately (lease mode: slices shrink with
+        their number; the key expires on its own)."""
+        return f"{self.prefix}:{{{root}}}:lessees"
+
     def locator(self, ctx_id: str) -> str:
         """Cross-tree index: context id -> root id (a view, written outside the scripts)."""
         return f"{self.prefix}:where:{ctx_id}"

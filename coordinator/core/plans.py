@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..models import ChainMetadata, ExecutionConfig, TokenBudget
+from ..models import ChainMetadata, ExecutionConfig, LeasePolicy, TokenBudget
 from .amounts import open_triples, token_limit_dims
 
 
@@ -67,11 +67,15 @@ _cached_open_plan = functools.lru_cache(maxsize=256)(_build_open_plan)
 
 def child_plan(parent: ExecutionConfig, max_cost_usd: float | None, max_steps: int | None,
                 max_retries_total: int | None, timeout_ms: int,
-                token_budget: TokenBudget | None, deadline: datetime | None) -> OpenPlan:
+                token_budget: TokenBudget | None, deadline: datetime | None,
+                lease: LeasePolicy | bool | None = None) -> OpenPlan:
     """The plan of opening a child of a context configured ``parent`` (see spawn_child),
     cached like :func:`open_plan` unless a deadline is given (it is checked against the
-    clock)."""
-    args = (parent, max_cost_usd, max_steps, max_retries_total, timeout_ms, token_budget)
+    clock). ``lease``: None inherits the parent's lease policy, False opts out."""
+    if lease is not None and not isinstance(lease, (bool, LeasePolicy)):
+        raise TypeError(f"lease must be a LeasePolicy, False or None; got {lease!r}")
+    args = (parent, max_cost_usd, max_steps, max_retries_total, timeout_ms, token_budget,
+            lease)
     if deadline is None:
         try:
             return _cached_child_plan(*args, None)
@@ -82,8 +86,8 @@ def child_plan(parent: ExecutionConfig, max_cost_usd: float | None, max_steps: i
 
 def _build_child_plan(parent: ExecutionConfig, max_cost_usd: float | None,
                       max_steps: int | None, max_retries_total: int | None, timeout_ms: int,
-                      token_budget: TokenBudget | None, deadline: datetime | None
-                      ) -> OpenPlan:
+                      token_budget: TokenBudget | None, lease: LeasePolicy | bool | None,
+                      deadline: datetime | None) -> OpenPlan:
     given = {
         "max_cost_usd": max_cost_usd, "max_steps": max_steps,
         "max_retries_total": max_retries_total, "token_budget": token_budget,
@@ -97,6 +101,8 @@ def _build_child_plan(parent: ExecutionConfig, max_cost_usd: float | None,
         timeout_ms=timeout_ms,
         token_budget=token_budget,
         deadline=deadline,
+        lease=(parent.lease if lease is None or lease is True
+               else lease if isinstance(lease, LeasePolicy) else None),
     )
     explicit = frozenset(k for k, v in given.items() if v is not None)
     return _build_open_plan(config, True, explicit)

@@ -11,6 +11,7 @@ from ..models import (
     ChainMetadata,
     ContextSnapshot,
     ExecutionConfig,
+    LeasePolicy,
     NodeRecord,
     SafetyEvent,
 )
@@ -28,6 +29,7 @@ def config_from_hash(h: dict[str, str]) -> ExecutionConfig:
         timeout_ms=int(requested.get("timeout_ms") or 0),
         token_budget=None,
         deadline=ms_to_datetime(int(h.get("deadline") or 0)),
+        lease=LeasePolicy(**requested["lease"]) if requested.get("lease") else None,
     )
 
 

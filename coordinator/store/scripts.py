@@ -13,7 +13,8 @@ from .topology import Client
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
                 "breaker_check", "breaker_record", "window", "event_once", "propagate",
-                "data_read", "data_write", "data_merge", "data_spawn", "data_snapshot")
+                "data_read", "data_write", "data_merge", "data_spawn", "data_snapshot",
+                "lease_take", "lease_flush", "lease_return")
 
 
 def lua_dir() -> Path:

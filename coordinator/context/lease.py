@@ -1,0 +1,276 @@
+"""Lease mode, the in-process side: a slice of a context's budget taken from Redis in one
+atomic step, calls served from it without a round trip, their spend written behind in
+batches, and the rest given back at close, at the slice's age-out or on a stop.
+
+The invariant kept: in Redis, the slice is held at every level like a reservation, so
+(slices + spend) stays under every ceiling; locally, a call is served only when the
+slice's amounts not yet spent or promised to calls in flight cover its estimate."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.paths import Path
+from ..models import LeasePolicy
+from ..runtime.coordinator import Coordinator
+from ..store.errors import UNAVAILABLE
+from ..store.health import BackendDown, is_stall
+from ..store.leases_store import SLICE_PREFIX, Batch, LeaseStore, NotTaken, decode_take
+from ..store.records import ReservationRecord
+from ..store.tree import Stop, decode_stops
+
+FLUSH_AFTER_S = 0.05
+"""A batch is written at most this long after its first call finished..."""
+BATCH_MAX = 256
+"""...or as soon as this many calls are in it."""
+RETRY_TAKE_S = 0.05
+"""After a slice was refused (near a ceiling), calls needing as much take strict reserves
+this long before a slice is asked for again."""
+
+Expired = list[tuple[str, ReservationRecord]]
+
+
+class LeaseSlice:
+    """One process's slice of one context's budget (thread-safe)."""
+
+    def __init__(self, coord: Coordinator, path: Path, policy: LeasePolicy) -> None:
+        self.coord = coord
+        self.path = path
+        self.policy = policy
+        self.leases = LeaseStore(coord.store)
+        # at most half the coordinator's lease: a slice is given back (its batches
+        # written) well before Redis could think its process dead and reclaim it
+        self.max_age_s = min(policy.max_age_ms, coord.store.lease_ms // 2) / 1000
+        self.want: dict[str, int] = {"usd": round(policy.usd * 1_000_000),
+                                     "steps": policy.steps}
+        if policy.tokens is not None:
+            self.want.update(tin=policy.tokens, tout=policy.tokens)
+        self.pid = os.getpid()
+        self.owner = secrets.token_hex(8)
+        self.owner_ms = 2 * policy.max_age_ms + 1000
+        """How long this owner counts among the tree's lessees after asking."""
+        self._lock = threading.Lock()  # the counters below
+        self._flush_lock = threading.Lock()  # one flush or take at a time, in order
+        self.slice_id: str | None = None
+        self.avail: dict[str, int] = {}
+        """The slice's amounts not spent nor promised to calls in flight."""
+        self.expires = 0.0  # monotonic time of the slice's age-out
+        self.inflight = 0
+        self.stopped: str | None = None
+        self.closed = False
+        self._retry_at = 0.0
+        self._refused: dict[str, int] = {}
+        self._seq = 0
+        self._batch = self._new_batch()
+        self._flush_scheduled = False
+
+    # -- the stop listener's target ------------------------------------------------------
+
+    @property
+    def tree_path(self) -> Path:
+        return self.path
+
+    def handle_stop(self, reason: str) -> None:
+        """A stop reached this process: no call is served from the slice any more; it is
+        given back at once (or when the calls in flight finish)."""
+        self.stopped = reason
+        if self.inflight == 0 and self.pid == os.getpid():
+            self.coord.call_later(0, self._give_back_now)
+
+    # -- serving -------------------------------------------------------------------------
+
+    def serve(self, amounts: Sequence[str | int]) -> bool:
+        """Promise a call's estimate from the slice, without a round trip. False: the
+        caller takes a strict reserve (no slice, stopped, or the call does not fit)."""
+        with self._lock:
+            if self.slice_id is not None and self.stopped is None and (
+                    time.monotonic() < self.expires) and self._promise(amounts):
+                return True
+        return False
+
+    def _promise(self, amounts: Sequence[str | int]) -> bool:
+        avail = self.avail
+        for i in range(0, len(amounts), 2):
+            amount = int(amounts[i + 1])
+            if amount and avail.get(str(amounts[i]), -1) < amount:
+                return False
+        for i in range(0, len(amounts), 2):
+            dim = str(amounts[i])
+            if dim in avail:
+                avail[dim] -= int(amounts[i + 1])
+        self.inflight += 1
+        return True
+
+    def refill(self, amounts: Sequence[str | int]) -> tuple[bool, Expired, list[Stop]]:
+        """Give the old slice back and take a new one (one round trip), then serve the
+        call from it. Returns (served, expired reservations to reap, stops heard).
+        Raises UNAVAILABLE when Redis cannot be reached."""
+        need = {str(amounts[i]): int(amounts[i + 1]) for i in range(0, len(amounts), 2)
+                if int(amounts[i + 1])}
+        if (self.stopped is not None or self.closed
+                or any(d not in self.want or a > self.want[d] for d, a in need.items())):
+            return False, [], []  # a call larger than a slice takes a strict reserve
+        if time.monotonic() < self._retry_at and all(
+                a >= self._refused.get(d, 0) for d, a in need.items()):
+            return False, [], []  # a slice for as much was refused a moment ago
+        with self._flush_lock:
+            with self._lock:
+                if self.inflight:  # calls in flight hold the old slice: no refill now
+                    return False, [], []
+                old, batch = self.slice_id, self._take_batch()
+                self.slice_id, self.avail = None, {}
+            ops = []
+            if old is not None or batch.nodes:
+                ops.append(self.leases.flush_op(self.path, old or "", batch, give_back=True))
+            new_id = SLICE_PREFIX + secrets.token_hex(12)
+            ops.append(self.leases.take_op(self.path, new_id, self.owner, self.owner_ms, {
+                dim: (amount, need.get(dim, 0)) for dim, amount in self.want.items()}))
+            try:
+                results = self.leases.take_and_flush(ops)
+            except UNAVAILABLE:
+                if len(ops) == 2:
+                    self.leases.queue(ops[0])
+                    self.coord.schedule_flush()
+                raise
+            stops: list[Stop] = []
+            if old is not None:
+                self.leases.wire.untrack(old)
+            if len(ops) == 2 and not isinstance(results[0], Exception):
+                stops = _stops(self.path, results[0])
+            if isinstance(results[-1], Exception):
+                raise results[-1]
+            taken = decode_take(results[-1])
+            if isinstance(taken, NotTaken):
+                self._retry_at, self._refused = time.monotonic() + RETRY_TAKE_S, need
+                return False, [], stops
+            self.coord.observe_redis_time(taken.now_ms)
+            self.leases.wire.track(new_id, self.path.root)
+            with self._lock:
+                self.slice_id, self.avail = new_id, dict(taken.amounts)
+                self.expires = time.monotonic() + self.max_age_s
+                served = self.stopped is None and self._promise(amounts)
+            self.coord.call_later(self.max_age_s, lambda: self._age_out(new_id))
+            if self.stopped is not None:
+                self.coord.call_later(0, self._give_back_now)
+            return served, taken.expired, stops
+
+    # -- settling ------------------------------------------------------------------------
+
+    def settle(self, held: dict[str, int], outcome: str, node: dict[str, Any],
+               amounts: Sequence[str | int], *, now: bool) -> str | None:
+        """A call served from the slice ended: release its promise, count what it spent in
+        the batch, without a round trip. Returns what must be written now: "give_back"
+        (the slice's last call after a stop or close), "flush" (asked ``now``, or the
+        slice overspent, or the batch full), else None (written within FLUSH_AFTER_S)."""
+        node_json = json.dumps(node)
+        with self._lock:
+            avail, spent = self.avail, self._batch.spent
+            for dim, amount in held.items():
+                if dim in avail:
+                    avail[dim] += amount
+            for i in range(0, len(amounts), 2):
+                dim, amount = str(amounts[i]), int(amounts[i + 1])
+                if amount:
+                    spent[dim] = spent.get(dim, 0) + amount
+                    if dim in avail:
+                        avail[dim] -= amount
+            if outcome == "ok":
+                spent["steps"] = spent.get("steps", 0) + 1
+                if "steps" in avail:
+                    avail["steps"] -= 1
+            elif outcome == "error":
+                spent["retries"] = spent.get("retries", 0) + 1
+            self._batch.nodes.append(node_json)
+            self.inflight -= 1
+            ending = self.inflight == 0 and (self.stopped is not None or self.closed)
+            now = now or ending or len(self._batch.nodes) >= BATCH_MAX or any(
+                v < 0 for v in avail.values())
+            schedule = not now and not self._flush_scheduled
+            if schedule:
+                self._flush_scheduled = True
+        if ending:
+            return "give_back"
+        if now:
+            return "flush"
+        if schedule:
+            self.coord.call_later(FLUSH_AFTER_S, self._timed_flush)
+        return None
+
+    def flush(self, *, give_back: bool = False) -> list[Stop]:
+        """Write the batch now (one round trip); with ``give_back`` also return the rest
+        of the slice. When Redis is away the write stays queued on the wire. A forked
+        child never writes its parent's slice (it takes its own)."""
+        if self.pid != os.getpid():
+            return []
+        with self._flush_lock:
+            with self._lock:
+                batch = self._take_batch()
+                slice_id = self.slice_id
+                if give_back and self.inflight:
+                    give_back = False  # its calls in flight hold it: the last one returns it
+                if give_back:
+                    self.slice_id, self.avail = None, {}
+            if not batch.nodes and not (give_back and slice_id):
+                return []
+            op = self.leases.flush_op(self.path, slice_id or "", batch, give_back=give_back)
+            backend = self.coord.backend
+            try:
+                if not backend.allow():  # Redis is away: queue it, wait for nothing
+                    raise BackendDown()
+                stops = self.leases.flush(self.path, op)
+            except UNAVAILABLE as exc:
+                if is_stall(exc):
+                    backend.failed(exc)
+                self.leases.queue(op)
+                self.coord.schedule_flush()
+                return []
+            if give_back and slice_id:
+                self.leases.wire.untrack(slice_id)
+            return stops
+
+    def give_back(self) -> list[Stop]:
+        """Write the batch and return what the slice did not use."""
+        return self.flush(give_back=True)
+
+    def close(self) -> None:
+        """The context's handle closes: no more calls; the slice goes back now."""
+        self.closed = True
+        self.give_back()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _new_batch(self) -> Batch:
+        self._seq += 1
+        return Batch(self._seq, [], [], {})
+
+    def _take_batch(self) -> Batch:
+        batch, self._batch = self._batch, self._new_batch()
+        self._flush_scheduled = False
+        return batch
+
+    def _give_back_now(self) -> None:
+        self.give_back()
+
+    def _timed_flush(self) -> None:
+        if self._flush_scheduled:
+            self.flush()
+
+    def _age_out(self, slice_id: str) -> None:
+        """The slice reached its age: give it back unless calls are in flight (the last
+        one to finish gives it back) or it was already replaced."""
+        if self.slice_id != slice_id:
+            return
+        if self.inflight:
+            self.coord.call_later(FLUSH_AFTER_S, lambda: self._age_out(slice_id))
+        else:
+            self.give_back()
+
+
+def _stops(path: Path, reply: Any) -> list[Stop]:
+    return decode_stops(path, reply) if reply and int(reply[0]) != 0 else []

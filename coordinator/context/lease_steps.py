@@ -1,0 +1,62 @@
+"""Lease mode's part of a call's steps (call.py): taking a slice is a store request like a
+reserve; a call served from the slice is settled in-process, and only a batch that must be
+written now (or the slice's give-back) becomes a request. One implementation for the sync
+and async drivers (steps.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from ..store.requests import Blocking
+from ..store.tree import Stop
+from .lease import LeaseSlice
+from .reaping import reap
+from .state import ContextState
+from .steps import Steps
+
+
+def take_slice(state: ContextState, lease: LeaseSlice, amounts: Sequence[str | int]
+               ) -> Steps[bool]:
+    """Give the old slice back and take a new one (one round trip: on the I/O thread for
+    async callers), serving the call from it; reap the expired holds it found. Whether
+    the call was served (else it takes a strict reserve); raises UNAVAILABLE like a
+    reserve when Redis does not answer."""
+    served, expired, stops = yield Blocking(partial(lease.refill, amounts))
+    for stop in stops:
+        if stop.ctx_id in state.path.ids:
+            state.handle_stop(stop.reason)
+    if expired:
+        reap(state, expired)
+    return bool(served) and state.stopped is None
+
+
+def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: str,
+                  record: dict[str, Any], amounts: Sequence[str | int], *, now: bool
+                  ) -> Steps[list[Stop]]:
+    """Settle a call served from the slice: counted in the batch without a request, unless
+    the batch must be written now (then one request, whose stops are returned)."""
+    action = lease.settle(held, outcome, record, amounts, now=now)
+    if action is None:
+        return []
+    stops: list[Stop] = yield Blocking(
+        lease.give_back if action == "give_back" else lease.flush)
+    return stops
+
+
+def release_promise(lease: LeaseSlice, held: dict[str, int], record: dict[str, Any]
+                    ) -> None:
+    """Give back the promise of a served call that will not run (a hook refused it or
+    failed), without waiting: a write it calls for goes to a background thread."""
+    action = lease.settle(held, "skip", record, [], now=False)
+    if action is not None:
+        lease.coord.call_later(0, partial(_write, lease, action))
+
+
+def _write(lease: LeaseSlice, action: str) -> None:
+    """Write a slice's batch (with its give-back) from a background thread."""
+    if action == "give_back":
+        lease.give_back()
+    else:
+        lease.flush()

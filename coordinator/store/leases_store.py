@@ -1,0 +1,136 @@
+"""Budget slices in Redis (lease mode): take a slice, flush a batch of what its calls
+spent (returning the rest with the last one), reclaim a dead process's slice; each reply
+decoded once into a typed result."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.paths import Path
+from ..core.script_constants import NODE_STREAM_CAP
+from .records import ReservationRecord
+from .tree import Stop, Store, decode_stops
+from .wire import Op
+
+SLICE_PREFIX = "slice:"
+"""Slice ids start with it: a reaper tells a slice from a call's reservation by it."""
+SHARE_DIVISOR = 4
+"""A slice takes at most what remains / (SHARE_DIVISOR * lessees) of a limited dimension,
+so that near a ceiling every process asking gets a share."""
+
+
+def is_slice(reservation_id: str) -> bool:
+    return reservation_id.startswith(SLICE_PREFIX)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A slice held at every level: its amounts by dimension."""
+
+    amounts: dict[str, int]
+    now_ms: int
+    expired: list[tuple[str, ReservationRecord]]
+    """Reservations (and slices) of this tree whose lease expired."""
+
+
+@dataclass(frozen=True)
+class NotTaken:
+    """No slice: the caller takes strict reserves (which report any stop)."""
+
+    reason: str
+    now_ms: int
+
+
+@dataclass
+class Batch:
+    """What calls served from a slice spent since the last flush."""
+
+    seq: int
+    nodes: list[str]
+    events: list[str]
+    spent: dict[str, int]
+    """Amounts by dimension; ``steps`` counts completed calls, ``retries`` failed ones."""
+
+
+def decode_take(reply: list[Any]) -> Taken | NotTaken:
+    """lease_take.lua's reply (see its contract)."""
+    if int(reply[0]) != 1:
+        return NotTaken(str(reply[2]), int(reply[1]))
+    n = int(reply[2])
+    amounts = {str(reply[3 + 2 * i]): int(reply[4 + 2 * i]) for i in range(n)}
+    rest = 3 + 2 * n
+    expired = [(str(reply[i]), ReservationRecord.from_json(reply[i + 1]))
+               for i in range(rest, len(reply), 2)]
+    return Taken(amounts, int(reply[1]), expired)
+
+
+class LeaseStore:
+    """The slice scripts, run on a tree store's wire and key space."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.wire = store.wire
+        self.ks = store.ks
+
+    def _keys(self, path: Path) -> list[str]:
+        ks, root = self.ks, path.root
+        keys = [ks.reservations(root), ks.leases(root), ks.nodes(root, path.ctx_id),
+                ks.ledger(root)]
+        for cid in path.ids:
+            keys += [ks.ctx(root, cid), ks.events(root, cid)]
+        keys.append(ks.slices(root))
+        return keys
+
+    def take_op(self, path: Path, slice_id: str, owner: str, owner_ms: int,
+                want: Mapping[str, tuple[int, int]]) -> Op:
+        """The op taking a slice for ``owner`` (counted among the tree's lessees for
+        ``owner_ms``): ``want`` maps a dimension to (amount wanted, least)."""
+        ks, root = self.ks, path.root
+        keys = [ks.reservations(root), ks.leases(root), ks.slices(root), ks.lessees(root),
+                *(ks.ctx(root, cid) for cid in path.ids)]
+        args: list[Any] = [slice_id, self.store.lease_ms, ",".join(path.ids), SHARE_DIVISOR,
+                           owner, owner_ms]
+        for dim, (amount, least) in want.items():
+            args += [dim, amount, least]
+        return Op("lease_take", keys, args)
+
+    def flush_op(self, path: Path, slice_id: str, batch: Batch, *, give_back: bool) -> Op:
+        """The op writing ``batch`` (and with ``give_back`` returning the slice's rest)."""
+        args: list[Any] = [slice_id, self.ks.abort_channel, self.ks.ledger_channel,
+                           NODE_STREAM_CAP, "1" if give_back else "0", ",".join(path.ids),
+                           batch.seq, len(batch.nodes), len(batch.events), *batch.nodes,
+                           *batch.events]
+        for dim, amount in batch.spent.items():
+            if amount:
+                args += [dim, amount]
+        # a give-back ends the slice's lease renewal once it lands (if it was queued)
+        return Op("lease_flush", self._keys(path), args,
+                  reservation_id=slice_id if give_back and slice_id else None)
+
+    def take_and_flush(self, ops: Sequence[Op]) -> list[Any]:
+        """Run ops in one round trip (a flush of the old slice, then the take of a new
+        one); replies in order, script errors in place."""
+        return self.wire.round_trip(ops)
+
+    def flush(self, path: Path, op: Op) -> list[Stop]:
+        """Run one flush now; the levels it stopped."""
+        reply = self.wire.run(op)
+        return decode_stops(path, reply) if reply and int(reply[0]) != 0 else []
+
+    def queue(self, op: Op) -> None:
+        """Send ``op`` with the next round trip (the flusher retries it while Redis is
+        away)."""
+        self.wire.queue(op)
+
+    def reclaim(self, root: str, slice_id: str, record: ReservationRecord) -> None:
+        """Queue the reclaim of an expired slice: flushed spend stays, the rest returns."""
+        path = Path(root, record.path)
+        now = time.time()
+        node = {"node_id": slice_id, "kind": "llm", "operation_name": "(lease slice reclaimed)",
+                "start_ts": now, "end_ts": now, "status": "halted", "cost_usd": 0.0}
+        self.wire.queue(Op("lease_return", self._keys(path),
+                           [slice_id, json.dumps(node), NODE_STREAM_CAP]))

@@ -1,0 +1,136 @@
+-- lease_take.lua: take a slice of budget for one process (lease mode), held at every
+-- level of the path exactly like a reservation, or refuse it.
+--
+-- KEYS[1]     bc:{R}:res      hash  reservation id -> its record (the slice's record too)
+-- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
+-- KEYS[3]     bc:{R}:slices   set   the slice ids of the tree now open
+-- KEYS[4]     bc:{R}:lessees  zset  who asked for a slice lately (slice owner -> until ms)
+-- KEYS[5..]   per level of the path, root first, caller last: bc:{R}:ctx:<id> (hash)
+-- ARGV[1]     slice id (a reservation id starting with 'slice:')
+-- ARGV[2]     lease length in ms (its expiry; renewed while the process lives)
+-- ARGV[3]     path ids, comma-separated, root first (the levels in KEYS)
+-- ARGV[4]     share divisor: a slice takes at most (what remains) / (divisor * n) of a
+--             limited dimension, n being the owners that asked for a slice lately (this
+--             one included, granted or refused: a process refused counts, so that the
+--             others' next slices leave it room)
+-- ARGV[5]     the slice owner (one per process and context)
+-- ARGV[6]     how long an owner counts after asking, in ms
+-- ARGV[7..]   triples: dimension, amount wanted, least amount worth taking (integers)
+--
+-- A level that is not running (or holds a corrupt number), past its deadline, or that cannot spare the least amount
+-- of a dimension refuses the slice and changes nothing (the caller then takes a strict
+-- reserve, which reports and records the stop). A token total limits tin + tout.
+-- The record is new_reservation's (lib.lua) with s = 1 (a slice); a lease expiry reclaims
+-- it like any reservation (lease_return.lua: what was flushed stays charged, the rest goes).
+-- Returns {1, now_ms, ndims, dim, amount, ..., expired_id, expired_json, ...} when taken
+--         (with up to 8 reservations of this tree whose lease expired, as reserve.lua);
+--         {0, now_ms, reason} when refused.
+
+local now = now_ms()
+local ids = split(ARGV[3])
+local divisor = tonumber(ARGV[4])
+local dims, want, least = {}, {}, {}
+for i = 7, #ARGV, 3 do
+  dims[#dims + 1] = ARGV[i]
+  want[#want + 1] = tonumber(ARGV[i + 1])
+  least[#least + 1] = tonumber(ARGV[i + 2])
+end
+local totals = token_totals(dims)
+local fields = {'status', 'deadline'}
+for _, d in ipairs(dims) do
+  fields[#fields + 1] = 'l:' .. d
+  fields[#fields + 1] = 'u:' .. d
+  fields[#fields + 1] = 'h:' .. d
+end
+local extra = {}  -- for a token total: its limit and the counters of both directions
+for _, t in ipairs(totals) do
+  extra[#extra + 1] = #fields + 1
+  for _, f in ipairs({t[4], 'u:' .. t[2], 'h:' .. t[2], 'u:' .. t[3], 'h:' .. t[3]}) do
+    fields[#fields + 1] = f
+  end
+end
+
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[5])
+redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]))
+local share = 1 / (divisor * redis.call('ZCARD', KEYS[4]))
+local grant = {}
+for j = 1, #dims do grant[j] = want[j] end
+local levels = #KEYS - 4
+local values = {}
+for lv = 1, levels do
+  local v = redis.call('HMGET', KEYS[lv + 4], unpack(fields))
+  if v[1] ~= 'running' then return {0, now, 'not running'} end
+  -- a corrupt field refuses the slice: the strict reserve that follows stops the level
+  -- (state_corrupt, lib.lua)
+  for i = 2, #v do
+    if stored_num(v[i]) == false then return {0, now, 'corrupt ' .. fields[i]} end
+  end
+  local deadline = stored_num(v[2]) or 0
+  if deadline > 0 and now >= deadline then return {0, now, 'deadline passed'} end
+  for j = 1, #dims do
+    local base = 2 + (j - 1) * 3
+    local limit = stored_num(v[base + 1])
+    if limit then
+      local left = limit - (stored_num(v[base + 2]) or 0) - (stored_num(v[base + 3]) or 0)
+      local cap = math.floor(left * share)
+      if cap < grant[j] then grant[j] = cap end
+      if left < least[j] then return {0, now, dims[j] .. ' too low'} end
+    end
+  end
+  for i, t in ipairs(totals) do
+    local at = extra[i]
+    local limit = stored_num(v[at])
+    if limit then
+      local left = limit
+      for k = 1, 4 do left = left - (stored_num(v[at + k]) or 0) end
+      local cap = math.floor(left * share / 2)
+      for j, d in ipairs(dims) do
+        if (d == t[2] or d == t[3]) and cap < grant[j] then grant[j] = cap end
+      end
+    end
+  end
+  values[lv] = v
+end
+for j = 1, #dims do
+  if grant[j] < least[j] then return {0, now, dims[j] .. ' share too small'} end
+end
+
+-- Every level can spare it: hold the grant everywhere (one HSET per level).
+local held = {}
+for j, d in ipairs(dims) do
+  if grant[j] > 0 then
+    held[#held + 1] = d
+    held[#held + 1] = grant[j]
+  end
+end
+for lv = 1, levels do
+  local set = {}
+  for j = 1, #dims do
+    if grant[j] > 0 then
+      local base = 2 + (j - 1) * 3
+      set[#set + 1] = fields[base + 3]
+      set[#set + 1] = (stored_num(values[lv][base + 3]) or 0) + grant[j]
+    end
+  end
+  if #set > 0 then redis.call('HSET', KEYS[lv + 4], unpack(set)) end
+end
+local rec = new_reservation(ids, held, false)
+rec.s = 1
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[1])
+
+local out = {1, now, #held / 2}
+for _, x in ipairs(held) do out[#out + 1] = x end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 8)
+for _, eid in ipairs(expired) do
+  local r = redis.call('HGET', KEYS[1], eid)
+  if r then
+    out[#out + 1] = eid
+    out[#out + 1] = r
+  else
+    redis.call('ZREM', KEYS[2], eid)
+  end
+end
+return out
