@@ -51,6 +51,11 @@ def trees_query(request: Request) -> dict[str, Any]:
             "page": _int(request, "page", 1), "size": _int(request, "size", 50)}
 
 
+def page_query(request: Request) -> dict[str, int]:
+    """A list's page and size (default 1 and 50)."""
+    return {"page": _int(request, "page", 1), "size": _int(request, "size", 50)}
+
+
 def spend_csv_body(data: Mapping[str, Any]) -> str:
     """The spend table as CSV (day, label, value, unit, closed, open)."""
     out = io.StringIO()
@@ -105,6 +110,11 @@ def api_routes(dash: Dashboard) -> list[Route]:
         who = dash.principal(request)
         return JSONResponse(svc.shield(dash.tenant(request, who)))
 
+    def sessions(request: Request) -> Response:
+        who = dash.principal(request)
+        return JSONResponse(dash.sessions.page(dash.tenant(request, who),
+                                               **page_query(request)))
+
     def healthz(request: Request) -> Response:
         dash.ensure_started()
         try:
@@ -153,5 +163,6 @@ def api_routes(dash: Dashboard) -> list[Route]:
     return [Route("/api/trees", trees), Route("/api/trees/{id}", tree),
             Route("/api/trees/{id}/abort", abort, methods=["POST"]),
             Route("/api/spend", spend), Route("/api/spend.csv", spend_csv),
-            Route("/api/shield", shield), Route("/api/live", live),
+            Route("/api/shield", shield), Route("/api/sessions", sessions),
+            Route("/api/live", live),
             Route("/healthz", healthz), Route("/metrics", metrics)]

@@ -1,5 +1,6 @@
-"""The HTML pages (Jinja2, autoescaped): overview, tree, spend, shield, login; and the
-tree page's abort form. Each page renders the same service data as its API twin."""
+"""The HTML pages (Jinja2, autoescaped): overview, tree, spend, shield, sessions,
+login; and the tree page's abort form. Each page renders the same service data as its
+API twin."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from .api import clean_reason, trees_query
+from .api import clean_reason, page_query, trees_query
 from .auth import LoginThrottle, csrf_ok, csrf_token
 from .model import LABELS, SORTS
 from .runtime import Dashboard, Forbidden
@@ -82,6 +83,20 @@ def page_routes(dash: Dashboard) -> list[Route]:
         return dash.render(request, "shield.html", who=who, tenant=tenant,
                            data=svc.shield(tenant))
 
+    def sessions(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        data = dash.sessions.page(tenant, **page_query(request))
+        pages = max(1, -(-data["total"] // data["size"]))
+
+        def link(page: int) -> str:
+            params = {"tenant": tenant, "page": page,
+                      "size": data["size"] if data["size"] != 50 else ""}
+            return "?" + urlencode({k: v for k, v in params.items() if v != ""})
+
+        return dash.render(request, "sessions.html", who=who, tenant=tenant, data=data,
+                           pages=pages, link=link)
+
     async def login(request: Request) -> Response:
         target = _safe_next(request.query_params.get("next"))
         if request.method == "GET":
@@ -119,6 +134,6 @@ def page_routes(dash: Dashboard) -> list[Route]:
 
     return [Route("/", overview), Route("/trees/{id}", tree),
             Route("/trees/{id}/abort", abort, methods=["POST"]),
-            Route("/spend", spend), Route("/shield", shield),
+            Route("/spend", spend), Route("/shield", shield), Route("/sessions", sessions),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"])]

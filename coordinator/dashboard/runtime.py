@@ -22,6 +22,7 @@ from .indexer import Indexer
 from .live import Live
 from .model import AlertRule
 from .service import Service, UnknownTenantError
+from .sessions import SessionsView
 
 ANONYMOUS = Principal("anonymous", "viewer", None, "none")
 
@@ -70,6 +71,7 @@ class Dashboard:
                  rules: Sequence[AlertRule], webhooks: Sequence[Webhook], background: bool,
                  live_tick_s: float, sweep_s: float, cache_s: float) -> None:
         self.service = Service(coordinators, cache_s)
+        self.sessions = SessionsView(self.service)
         self.auth = auth
         self.background = background
         self.notifier = Notifier(webhooks) if webhooks and background else None
