@@ -97,13 +97,7 @@ for j = 1, #dims do
 end
 
 -- Every level can spare it: hold the grant everywhere (one HSET per level).
-local held = {}
-for j, d in ipairs(dims) do
-  if grant[j] > 0 then
-    held[#held + 1] = d
-    held[#held + 1] = grant[j]
-  end
-end
+local held = held_pairs(dims, grant)
 for lv = 1, levels do
   local set = {}
   for j = 1, #dims do

@@ -50,6 +50,19 @@ local function new_reservation(ids, held, keyed)
   return rec
 end
 
+-- The amounts a reservation holds as {dim, amount, ...} (zero amounts left out): the
+-- record's d field, and what the holding script replies.
+local function held_pairs(dims, amounts)
+  local held = {}
+  for j, d in ipairs(dims) do
+    if amounts[j] > 0 then
+      held[#held + 1] = d
+      held[#held + 1] = amounts[j]
+    end
+  end
+  return held
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

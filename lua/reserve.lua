@@ -135,13 +135,7 @@ for lv = 1, levels do
 end
 
 -- Every level accepted: hold the amounts everywhere (one HSET per level).
-local held = {}
-for j, d in ipairs(dims) do
-  if amounts[j] > 0 then
-    held[#held + 1] = d
-    held[#held + 1] = amounts[j]
-  end
-end
+local held = held_pairs(dims, amounts)
 for lv = 1, levels do
   if #holds[lv] > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(holds[lv])) end
 end
