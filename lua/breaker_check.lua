@@ -14,6 +14,8 @@
 -- ARGV[5]  probe lease in ms: a probe whose holder stops renewing it (it died) is handed to
 --          the next caller once its lease has run out
 --
+-- A failures, opened_ms or probe_until that is not a canonical integer opens the breaker
+-- from now (fail closed).
 -- Returns {allowed 0|1, state, failures, took_probe 0|1, wait_ms}. With 'peek', a free
 -- probe reads as {1, 'HALF_OPEN', ...} without being taken. With 'renew', allowed is 1
 -- when ARGV[3] still holds the probe (its lease is extended) and 0 otherwise.
@@ -22,9 +24,18 @@ local now = now_ms()
 local h = redis.call('HMGET', KEYS[1], 'state', 'failures', 'opened_ms', 'probe',
                      'probe_until', 'past')
 local state = h[1] or 'CLOSED'
-local failures = tonumber(h[2] or '0')
+local failures, opened, probe_until = stored_num(h[2]), stored_num(h[3]), stored_num(h[5])
 local recovery = tonumber(ARGV[2])
 local lease = tonumber(ARGV[5])
+if failures == false or opened == false or probe_until == false then
+  -- a number that is not canonical (lib.lua, stored_num): the breaker opens from now
+  -- (fail closed) and its state is written anew
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'state', 'OPEN', 'failures', 0, 'opened_ms', now)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {0, 'OPEN', 0, 0, recovery}
+end
+failures = failures or 0
 
 if ARGV[1] == 'renew' then
   if state ~= 'HALF_OPEN' or h[4] ~= ARGV[3] then return {0, state, failures, 0, 0} end
@@ -34,11 +45,11 @@ if ARGV[1] == 'renew' then
 end
 if state == 'CLOSED' then return {1, 'CLOSED', failures, 0, 0} end
 if state == 'OPEN' then
-  local ready = tonumber(h[3]) + recovery
+  local ready = (opened or now) + recovery
   if now < ready then return {0, 'OPEN', failures, 0, ready - now} end
-elseif h[4] and tonumber(h[5]) > now then
+elseif h[4] and (probe_until or 0) > now then
   -- HALF_OPEN and another caller's probe is unresolved (its holder renews its lease)
-  return {0, 'HALF_OPEN', failures, 0, tonumber(h[5]) - now}
+  return {0, 'HALF_OPEN', failures, 0, probe_until - now}
 end
 if ARGV[1] == 'peek' then return {1, 'HALF_OPEN', failures, 0, 0} end
 local past = h[6]

@@ -11,12 +11,20 @@
 -- failure re-opens it (a new recovery timeout). In CLOSED, a success resets the
 -- consecutive-failure count and a failure adds one. Outcomes of calls dispatched before
 -- the breaker opened (not a probe) change nothing while it is OPEN or HALF_OPEN.
+-- A failures count that is not a canonical integer opens the breaker from now.
 -- Returns {state, failures} after the update.
 
 local now = now_ms()
 local h = redis.call('HMGET', KEYS[1], 'state', 'failures', 'probe', 'past')
 local state = h[1] or 'CLOSED'
-local failures = tonumber(h[2] or '0')
+local failures = stored_num(h[2])
+if failures == false then  -- not a canonical integer (lib.lua): open from now, anew
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'state', 'OPEN', 'failures', 0, 'opened_ms', now)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {'OPEN', 0}
+end
+failures = failures or 0
 local holder = ARGV[3]
 local current = state == 'HALF_OPEN' and holder ~= '' and h[3] == holder
 local lapsed = false

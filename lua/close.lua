@@ -1,8 +1,8 @@
 -- close.lua: end a context's life, record its summary, and start its retention clock.
 --
 -- KEYS[1]     bc:{R}:ctx:<id>     hash    the context
--- KEYS[2]     bc:{R}:nodes:<id>   stream  its node records
--- KEYS[3]     bc:{R}:events:<id>  stream  its SafetyEvents (the summary is appended here)
+-- KEYS[2]     bc:{R}:nodes:<id>   list    its node records
+-- KEYS[3]     bc:{R}:events:<id>  list    its SafetyEvents (the summary is appended here)
 -- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>, its context data
 --             (bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id>); for a root also
 --             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done, bc:{R}:fin,
@@ -12,8 +12,10 @@
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
 -- later reserves in it and below it halt. The context_summary SafetyEvent states spend,
 -- steps, time left before the deadline and tokens by direction and provider (hook HOOK,
--- the stream capped at EVENT_STREAM_CAP: constants of the prelude, see lib.lua).
--- Returns {1, status, micro-USD settled in its subtree} or {-1} if it does not exist.
+-- the list capped at EVENT_STREAM_CAP: constants of the prelude, see lib.lua).
+-- Returns {1, status, micro-USD settled in its subtree, first} or {-1} if it does not
+-- exist; first is 1 when this call closed it (set closed_ms), 0 when it was closed before
+-- (by its owner or by gc: the cross-tree spend views count a tree once).
 
 local FIELDS = {'status', 'id', 'request_id', 'deadline', 'u:usd', 'u:steps', 'u:tin', 'u:tout',
                 'h:tin', 'h:tout'}
@@ -23,13 +25,15 @@ if not status then return {-1} end
 local h = {}
 for i, field in ipairs(FIELDS) do h[field] = values[i] end
 local now = now_ms()
+local first = 1
 if status == 'running' then
   redis.call('HSET', KEYS[1], 'status', 'closed', 'reason', 'closed', 'closed_ms', now)
   status = 'closed'
+else
+  -- A stopped context keeps its status; closed_ms marks it closed all the same (writes
+  -- to its context data are refused from then on: data_lib.lua).
+  first = redis.call('HSETNX', KEYS[1], 'closed_ms', now)
 end
--- A stopped context keeps its status; closed_ms marks it closed all the same (writes to
--- its context data are refused from then on: data_lib.lua).
-redis.call('HSETNX', KEYS[1], 'closed_ms', now)
 
 -- the summary reports a corrupt number as 0 (a close never fails on it)
 local function n(field) return stored_num(h[field]) or 0 end
@@ -60,7 +64,7 @@ local event = cjson.encode({
   request_id = h.request_id, ts = now, metadata = metadata,
   reason = 'closed after ' .. n('u:steps') .. ' steps, ' .. n('u:usd') .. ' micro-USD, ' ..
            summary.total .. ' tokens'})
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
+append_capped(KEYS[3], EVENT_STREAM_CAP, event)
 
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[1])) end
-return {1, status, n('u:usd')}
+return {1, status, n('u:usd'), first}

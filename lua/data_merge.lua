@@ -15,7 +15,8 @@
 -- Returns {1, merge number (1 for the parent's first merge), bytes after,
 --          change, key, change, key, ...} with change 'added', 'overwritten' or 'merged',
 --         keys in sorted order; {0, 'missing'}, {0, 'closed'}, {0, 'too_large', 'value',
---         key, bytes} or {0, 'too_large', 'context', bytes}.
+--         key, bytes}, {0, 'too_large', 'context', bytes} or {0, 'state_corrupt', 'bytes',
+--         value} (the stored size is not a canonical integer: lib.lua, stored_num).
 
 local refusal = data_refusal(KEYS[1])
 if refusal then return {0, refusal} end
@@ -28,7 +29,10 @@ else
   keys = redis.call('HKEYS', KEYS[4])
 end
 table.sort(keys)
-local bytes = tonumber(redis.call('HGET', KEYS[3], 'bytes') or '0')
+local stored = redis.call('HGET', KEYS[3], 'bytes')
+local bytes = stored_num(stored)
+if bytes == false then return {0, 'state_corrupt', 'bytes', string.sub(stored, 1, 40)} end
+bytes = bytes or 0
 local after = bytes
 local writes, changes = {}, {}
 for _, k in ipairs(keys) do

@@ -9,14 +9,18 @@
 --
 -- Keys and values were checked by the client (length, JSON, size of one value). Either
 -- everything is written or nothing is.
--- Returns {1, bytes after, keys deleted}, {0, 'missing'}, {0, 'closed'} or
--- {0, 'too_large', bytes the data would have held}.
+-- Returns {1, bytes after, keys deleted}, {0, 'missing'}, {0, 'closed'},
+-- {0, 'too_large', bytes the data would have held} or {0, 'state_corrupt', 'bytes',
+-- value} when the stored size is not a canonical integer (lib.lua, stored_num).
 
 local refusal = data_refusal(KEYS[1])
 if refusal then return {0, refusal} end
 local limit = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
-local bytes = tonumber(redis.call('HGET', KEYS[3], 'bytes') or '0')
+local stored = redis.call('HGET', KEYS[3], 'bytes')
+local bytes = stored_num(stored)
+if bytes == false then return {0, 'state_corrupt', 'bytes', string.sub(stored, 1, 40)} end
+bytes = bytes or 0
 local after = bytes
 local sets = {}
 for i = 3, 2 + 2 * n, 2 do

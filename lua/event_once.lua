@@ -4,10 +4,10 @@
 --
 -- KEYS[1]  bc:{R}:ctx:<id>     hash    the context; field ev:<reason> marks a reason
 --                                      recorded (stop_level in lib.lua sets it too)
--- KEYS[2]  bc:{R}:events:<id>  stream  SafetyEvents of the context
+-- KEYS[2]  bc:{R}:events:<id>  list    SafetyEvents of the context
 -- ARGV[1]  the stop reason (the event's event_type)
 -- ARGV[2]  the SafetyEvent JSON
--- ARGV[3]  event stream cap (approximate MAXLEN)
+-- ARGV[3]  event list cap (lib.lua append_capped)
 --
 -- Returns 1 when the event was appended, 0 when the reason was already recorded. A
 -- context whose hash is gone (expired) gets the event without a mark.
@@ -15,5 +15,5 @@
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HSETNX', KEYS[1], 'ev:' .. ARGV[1], 1) == 0 then return 0 end
 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'e', ARGV[2])
+append_capped(KEYS[2], ARGV[3], ARGV[2])
 return 1

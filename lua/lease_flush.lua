@@ -3,51 +3,86 @@
 --
 -- KEYS[1]     bc:{R}:res      hash  open reservations (the slice's record)
 -- KEYS[2]     bc:{R}:leases   zset  reservation leases
--- KEYS[3]     bc:{R}:nodes:<c> stream node records of the slice's context
+-- KEYS[3]     bc:{R}:nodes:<c> list   node records of the slice's context
 -- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
 -- KEYS[5..]   per level of the slice's path, root first, two keys:
---             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
--- KEYS[last]  bc:{R}:slices   set   the slice ids of the tree now open
+--             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
+-- KEYS[last - 1]  bc:{R}:slices set  the slice ids of the tree now open
+-- KEYS[last]      bc:{R}:fin   zset  finished reservation ids (a slice charged as used at
+--                 its expiry is there: lease_return.lua; one given back, as 'r:<slice id>')
 -- ARGV[1]     slice id
 -- ARGV[2]     abort channel (pub/sub, not a key)
 -- ARGV[3]     ledger channel (pub/sub, not a key)
--- ARGV[4]     node stream cap (approximate MAXLEN)
+-- ARGV[4]     node list cap (lib.lua append_capped)
 -- ARGV[5]     '1': return the rest of the slice (its record goes); '0': keep it
 -- ARGV[6]     path ids, comma-separated, root first (the levels in KEYS)
 -- ARGV[7]     batch number (increasing per slice: a batch already applied is skipped)
 -- ARGV[8]     n, the number of node records; ARGV[9] m, the number of events
 -- ARGV[10..]  n node records (JSON), then m SafetyEvents (JSON) of the slice's context
+--             (each node counted on the path's hashes: lib.lua count_call)
 -- ARGV[rest]  pairs: dimension, amount spent by the batch (integers >= 0; 'steps' counts
 --             the calls that completed, 'retries' those that failed)
 --
 -- The batch is charged at every level (lib.lua finish: ceilings reached stop their level
 -- and broadcast the stop); the slice's holds shrink by what the batch consumed of them.
--- A slice already reclaimed (its process was thought dead) is charged all the same, with
--- no hold to shrink.
+-- A slice already reclaimed (its process was thought dead) and given back is charged all
+-- the same, with no hold to shrink; one charged as used at its reclaim charges no USD or
+-- tokens again, only the steps and retries its calls counted (the reclaim gave the held
+-- steps back), and its node records are appended with cost_usd 0 (the reclaim's record
+-- carries their cost), so every level's ledger still equals its node records.
+-- A give-back is the slice's last batch: sent again (its reply lost), it changes nothing.
 -- Returns {1, level, reason, detail, ...} with the levels this flush stopped; {0} when
 -- the batch was already applied; {3, level, 'state_corrupt', detail} when a counter on
 -- the path is corrupt (lib.lua finish): nothing was charged, the slice stays held.
 
+local returned = 'r:' .. ARGV[1]  -- in the finished ids once the slice was given back
+if ARGV[1] ~= '' and redis.call('ZSCORE', KEYS[#KEYS], returned) then
+  return {0}  -- a give-back sent again (its reply was lost): it was the slice's last batch
+end
 local n, m = tonumber(ARGV[8]), tonumber(ARGV[9])
 local actual = {}
 for i = 10 + n + m, #ARGV do actual[#actual + 1] = ARGV[i] end
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local rec, seq = nil, tonumber(ARGV[7])
+local part = {p = split(ARGV[6]), d = {}}
+part.c = part.p[#part.p]
 if raw then
   rec = cjson.decode(raw)
-  if (rec.b or 0) >= seq then
+  local applied = stored_num(rec.b)
+  if applied == false then  -- a corrupt record: finish stops its level, charges nothing
+    part.d = {'b', rec.b}
+  elseif (applied or 0) >= seq then
     if ARGV[5] ~= '1' then return {0} end
     actual = {}  -- only the return is left to do
   end
 end
-local part = {p = split(ARGV[6]), d = {}}
-part.c = part.p[#part.p]
+if rec then part.q = rec.q end  -- the slice's quota grants (quota_lib.lua)
+local slices = KEYS[#KEYS - 1]
+local covered = false  -- the slice was charged as used at its reclaim
+if not rec and redis.call('ZSCORE', KEYS[#KEYS], ARGV[1]) then
+  -- its USD and tokens are on the books (the reclaim's node record carries them): only
+  -- the calls' steps and retries, which the reclaim gave back, are counted now
+  covered = true
+  local counts = {}
+  for i = 1, #actual, 2 do
+    if actual[i] == 'steps' or actual[i] == 'retries' then
+      counts[#counts + 1] = actual[i]
+      counts[#counts + 1] = actual[i + 1]
+    end
+  end
+  actual = counts
+end
 local rest = {}
 if rec then
   local spent = {}
   for i = 1, #actual, 2 do spent[actual[i]] = (spent[actual[i]] or 0) + tonumber(actual[i + 1]) end
   for i = 1, #rec.d, 2 do
-    local dim, held = rec.d[i], tonumber(rec.d[i + 1])
+    local dim, held = rec.d[i], stored_num(rec.d[i + 1])
+    if not held then  -- a corrupt record: finish stops its level and charges nothing
+      part.d[#part.d + 1] = dim
+      part.d[#part.d + 1] = rec.d[i + 1]
+      held = 0
+    end
     local used = math.min(held, spent[dim] or 0)
     if ARGV[5] == '1' then used = held end
     if used > 0 then
@@ -60,25 +95,33 @@ if rec then
     end
   end
 end
-local ok, stopped = finish(part, 5, actual, false, false, ARGV[2], now_ms(), KEYS[4],
-                          ARGV[3])
+local ok, stopped = true, {}
+if #part.d > 0 or #actual > 0 then
+  ok, stopped = finish(part, 5, actual, false, false, ARGV[2], now_ms(), KEYS[4], ARGV[3])
+end
 if not ok then  -- a corrupt counter: nothing charged, its level stopped, the slice kept
   local out = {3}
   for _, x in ipairs(stopped) do out[#out + 1] = x end
   return out
 end
-local nodes_key, events_key = KEYS[3], KEYS[#KEYS - 1]
+local nodes_key, events_key = KEYS[3], KEYS[#KEYS - 2]
 for i = 10, 9 + n do
-  redis.call('XADD', nodes_key, 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[i])
+  local record = ARGV[i]
+  if covered then  -- its cost is in the reclaim's record: the ledger equals the records
+    record = string.gsub(record, '"cost_usd": [%d%.eE+-]+', '"cost_usd": 0.0', 1)
+  end
+  append_capped(nodes_key, ARGV[4], record)
+  count_call(level_keys(5, #part.p), record)
 end
 for i = 10 + n, 9 + n + m do
-  redis.call('XADD', events_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', ARGV[i])
+  append_capped(events_key, EVENT_STREAM_CAP, ARGV[i])
 end
 if rec then
   if ARGV[5] == '1' then
     redis.call('HDEL', KEYS[1], ARGV[1])
     redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('SREM', KEYS[#KEYS], ARGV[1])
+    redis.call('SREM', slices, ARGV[1])
+    redis.call('ZADD', KEYS[#KEYS], now_ms(), returned)
   else
     rec.d, rec.b = rest, seq
     redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))

@@ -15,13 +15,19 @@
 --             others' next slices leave it room)
 -- ARGV[5]     the slice owner (one per process and context)
 -- ARGV[6]     how long an owner counts after asking, in ms
--- ARGV[7..]   triples: dimension, amount wanted, least amount worth taking (integers)
+-- ARGV[7]     '1': at its expiry the slice gives back what was not flushed (record
+--             field r = 1, LeasePolicy.return_on_expiry); '0': that part is charged as
+--             used (lease_return.lua)
+-- ARGV[8..]   triples: dimension, amount wanted, least amount worth taking (integers)
 --
 -- A level that is not running (or holds a corrupt number), past its deadline, or that cannot spare the least amount
 -- of a dimension refuses the slice and changes nothing (the caller then takes a strict
 -- reserve, which reports and records the stop). A token total limits tin + tout.
 -- The record is new_reservation's (lib.lua) with s = 1 (a slice); a lease expiry reclaims
--- it like any reservation (lease_return.lua: what was flushed stays charged, the rest goes).
+-- it like any reservation (lease_return.lua: what was flushed stays charged, the rest is
+-- charged as used, or given back with r = 1).
+-- The root's quota grants (quota_lib.lua quota_state) cap the slice like a level's room,
+-- and hold it too; a grant that cannot spare the least amount refuses the slice.
 -- Returns {1, now_ms, ndims, dim, amount, ..., expired_id, expired_json, ...} when taken
 --         (with up to 8 reservations of this tree whose lease expired, as reserve.lua);
 --         {0, now_ms, reason} when refused.
@@ -30,7 +36,7 @@ local now = now_ms()
 local ids = split(ARGV[3])
 local divisor = tonumber(ARGV[4])
 local dims, want, least = {}, {}, {}
-for i = 7, #ARGV, 3 do
+for i = 8, #ARGV, 3 do
   dims[#dims + 1] = ARGV[i]
   want[#want + 1] = tonumber(ARGV[i + 1])
   least[#least + 1] = tonumber(ARGV[i + 2])
@@ -42,6 +48,8 @@ for _, d in ipairs(dims) do
   fields[#fields + 1] = 'u:' .. d
   fields[#fields + 1] = 'h:' .. d
 end
+fields[#fields + 1] = 'q'  -- the root's number of quota buckets
+local qat = #fields
 local extra = {}  -- for a token total: its limit and the counters of both directions
 for _, t in ipairs(totals) do
   extra[#extra + 1] = #fields + 1
@@ -92,6 +100,21 @@ for lv = 1, levels do
   end
   values[lv] = v
 end
+local qst = nil
+local nq = stored_num(values[1][qat]) or 0
+if nq > 0 then
+  local why
+  qst, why = quota_state(KEYS[5], nq, now)
+  if not qst then return {0, now, 'quota ' .. why} end
+  for _, d in ipairs(QUOTA_DIMS) do
+    if qst.left[d] and qst.left[d] <= 0 then return {0, now, 'quota ' .. qst.short[d] .. ' used up'} end
+  end
+  local cap = {usd = qst.left.usd, steps = qst.left.calls}
+  if qst.left.tok then cap.tin, cap.tout = math.floor(qst.left.tok / 2), math.floor(qst.left.tok / 2) end
+  for j, d in ipairs(dims) do
+    if cap[d] and cap[d] < grant[j] then grant[j] = cap[d] end
+  end
+end
 for j = 1, #dims do
   if grant[j] < least[j] then return {0, now, dims[j] .. ' share too small'} end
 end
@@ -107,24 +130,22 @@ for lv = 1, levels do
       set[#set + 1] = (stored_num(values[lv][base + 3]) or 0) + grant[j]
     end
   end
+  if lv == 1 and qst then
+    local got = {}
+    for j, d in ipairs(dims) do got[d] = grant[j] end
+    quota_holds(qst, quota_amounts(function(d) return got[d] or 0 end), set)
+  end
   if #set > 0 then redis.call('HSET', KEYS[lv + 4], unpack(set)) end
 end
 local rec = new_reservation(ids, held, false)
 rec.s = 1
+if ARGV[7] == '1' then rec.r = 1 end
+-- The root's quota grants (quota_lib.lua quota_state) cap the slice like a level's room,
+-- and hold it too; a grant that cannot spare the least amount refuses the slice.
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
 
 local out = {1, now, #held / 2}
 for _, x in ipairs(held) do out[#out + 1] = x end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 8)
-for _, eid in ipairs(expired) do
-  local r = redis.call('HGET', KEYS[1], eid)
-  if r then
-    out[#out + 1] = eid
-    out[#out + 1] = r
-  else
-    redis.call('ZREM', KEYS[2], eid)
-  end
-end
-return out
+return append_expired(out, KEYS[1], KEYS[2], now)

@@ -2,31 +2,45 @@
 -- every other script before registering it, so each script stays one atomic EVALSHA.
 -- Before it comes a prelude of constants defined once in Python
 -- (coordinator/core/script_constants.py): HOOK, the hook name of the SafetyEvents the
--- scripts write, and EVENT_STREAM_CAP, the approximate MAXLEN of the event and ledger
--- streams.
+-- scripts write, and EVENT_STREAM_CAP, the approximate length cap of a context's event
+-- list and of the tree's ledger stream.
 --
 -- Context hash fields used here:
 --   status  running | stopped | closed      reason, detail, stopped_ms
 --   deadline  absolute Redis-time ms (0 = none)
 --   l:<dim> limit   u:<dim> used (settled, subtree included)   h:<dim> held by reservations
+--   n:<outcome> calls counted by outcome, nr:<reason> and nr_last refusals (count_call)
 -- Dimensions: usd (micro-USD), steps, retries, tin, tout (tokens by direction) and
 -- <provider>.tin / <provider>.tout. A total is the sum of its two directions: ttot and
 -- <provider>.ttot have a limit (l:) but no counters of their own.
 
--- Stored numbers are checked before they are used: a limit, counter or deadline that is
--- not a non-negative integer ('abc', '', '1e999', '-5', '1.5') is corrupt state. The level
--- holding it is stopped with reason state_corrupt (fail closed): it never lifts a ceiling
--- and never makes a script raise.
+-- Stored numbers are parsed, not coerced: the project writes every limit, counter, hold,
+-- deadline and time as a canonical decimal integer (digits only, no sign, no leading
+-- zero, below 2^53: how Redis writes a Lua integer, how redis-py writes a Python int; no
+-- script and no Python code stores a negative number). Anything else ('abc', '', '-5',
+-- '1.5', '1e8', '0x7fffffff', ' 5', '+5', '5.0', '007', '0x1p30', which Lua's tonumber
+-- would read as numbers) is corrupt state. The level holding it is stopped with reason
+-- state_corrupt (fail closed): it never lifts a ceiling and never makes a script raise.
+-- The Python twin is coordinator/store/state_check.py (canonical_int).
 local MAX_EXACT = 9007199254740992  -- 2^53: integers above it are not exact in Lua
 
--- The number stored in a field (an HMGET value): nil when absent, false when corrupt.
+-- The number stored in a field (an HMGET value) or decoded from a record (cjson gives
+-- numbers): nil when absent, false when corrupt. Digits-only strings above 2^53 are
+-- corrupt too (tonumber reads them inexactly, or as inf).
+local find = string.find
 local function stored_num(v)
-  if v == nil or v == false then return nil end
-  local n = tonumber(v)
-  if n == nil or n ~= n or n < 0 or n >= MAX_EXACT or math.floor(n) ~= n then
+  if not v then return nil end
+  local t = type(v)
+  if t == 'string' then
+    if v == '0' then return 0 end
+    if find(v, '^[1-9]%d*$') then
+      local n = tonumber(v)
+      if n < MAX_EXACT then return n end
+    end
     return false
   end
-  return n
+  if t == 'number' and v >= 0 and v < MAX_EXACT and math.floor(v) == v then return v end
+  return false
 end
 
 -- values[i] (field name) as a number, default when absent; nil and the reason when corrupt.
@@ -85,13 +99,42 @@ local function amount_text(d, n)
   return '$' .. (string.gsub(s, '(%.%d%d%d-)0+$', '%1'))
 end
 
+-- Appends value to a capped list (a context's node records or its events; a list, not a
+-- stream: Redis preallocates about 4 KB for a stream's first entry): once the list passes
+-- cap by a tenth it is trimmed to its cap newest entries, so a trim is rare (as XADD's
+-- MAXLEN ~). cap may be a string (an ARGV).
+local function append_capped(key, cap, value)
+  cap = tonumber(cap)
+  if redis.call('RPUSH', key, value) > cap + math.floor(cap / 10) then
+    redis.call('LTRIM', key, -cap, -1)
+  end
+end
+
+-- Appends to out (id, record) for up to 8 entries whose lease (score in leases_key, Redis
+-- ms) expired before now, their records read from records_key (a hash): reservations
+-- and slices of a tree, or grants of a quota, for the caller to settle. A lease whose
+-- record is gone is dropped. Returns out.
+local function append_expired(out, records_key, leases_key, now)
+  local expired = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now, 'LIMIT', 0, 8)
+  for _, id in ipairs(expired) do
+    local rec = redis.call('HGET', records_key, id)
+    if rec then
+      out[#out + 1] = id
+      out[#out + 1] = rec
+    else
+      redis.call('ZREM', leases_key, id)
+    end
+  end
+  return out
+end
+
 local function split(csv)
   local out = {}
   for part in string.gmatch(csv, '[^,]+') do out[#out + 1] = part end
   return out
 end
 
--- Marks a running context stopped, appends the SafetyEvent to its event stream (marking
+-- Marks a running context stopped, appends the SafetyEvent to its event list (marking
 -- the reason recorded: ev:<reason>, see event_once.lua) and broadcasts the stop. Returns
 -- true if this call stopped it. The channel is a pub/sub channel, not a key.
 local function stop_level(key, events_key, id, root, channel, reason, detail, now)
@@ -102,7 +145,7 @@ local function stop_level(key, events_key, id, root, channel, reason, detail, no
   local event = cjson.encode({event_type = reason, decision = 'HALT', reason = detail,
                               hook = HOOK, request_id = v[2], ts = now,
                               metadata = {chain_id = id}})
-  redis.call('XADD', events_key, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
+  append_capped(events_key, EVENT_STREAM_CAP, event)
   redis.call('PUBLISH', channel, cjson.encode({root = root, id = id, reason = reason}))
   return true
 end
@@ -155,6 +198,9 @@ local function ledger_update(rec, totals, dused, caller_used, now, ledger_key, l
   redis.call('PUBLISH', ledger_channel, event)
 end
 
+-- Quota grants counted by finish: defined by quota_lib.lua (prepended after this file).
+local quota_finish
+
 -- Finishes a reservation at every level of its path: drops the holds, adds the actual
 -- amounts (actual = flat {dim, amount, ...}), counts the step (ok) or the retry (error),
 -- then stops each level that reached a ceiling (a token total: its two directions).
@@ -163,7 +209,7 @@ end
 -- (state_corrupt); a corrupt limit still takes the charge and stops its level.
 -- Returns ok (false: nothing was written but those stops) and {level, reason, detail, ...}
 -- of the levels this call stopped.
--- KEYS[first + 2(i-1)] and the key after it are the context hash and the event stream
+-- KEYS[first + 2(i-1)] and the key after it are the context hash and the event list
 -- of rec.p[i]. When tokens were consumed, a TokenLedgerUpdated event is appended to the
 -- tree's ledger stream and published on the ledger channel.
 local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
@@ -175,10 +221,16 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
       dheld[d], dused[d] = 0, 0
     end
   end
-  local held = rec.d
+  local held, bad_record = rec.d, nil
   for i = 1, #held, 2 do
-    touch(held[i])
-    dheld[held[i]] = dheld[held[i]] - tonumber(held[i + 1])
+    local n = stored_num(held[i + 1])
+    if not n then
+      bad_record = 'a reservation record holds ' ..
+                   cjson.encode(string.sub(tostring(held[i + 1]), 1, 40)) .. ', not a number'
+    else
+      touch(held[i])
+      dheld[held[i]] = dheld[held[i]] - n
+    end
   end
   for i = 1, #actual, 2 do
     local amount = tonumber(actual[i + 1])
@@ -241,6 +293,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     if lv == #rec.p then caller_used = used end
     plan[lv] = {key, KEYS[first + 2 * (lv - 1) + 1], set, hit}
   end
+  if bad_record then broken[#broken + 1] = {#rec.p, bad_record} end
   local stopped = {}
   local function stop(lv, reason, detail)
     if stop_level(plan[lv][1], plan[lv][2], rec.p[lv], root, channel, reason, detail, now) then
@@ -253,6 +306,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     for _, b in ipairs(broken) do stop(b[1], 'state_corrupt', b[2]) end
     return false, stopped
   end
+  if rec.q then quota_finish(plan[1][1], rec, dheld, dused, plan[1][3]) end
   for lv = 1, #rec.p do
     local set, hit = plan[lv][3], plan[lv][4]
     if #set > 0 then redis.call('HSET', plan[lv][1], unpack(set)) end
@@ -262,13 +316,19 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   return true, stopped
 end
 
--- Finished reservation ids (KEYS[#KEYS - 1], a zset by Redis ms) are kept at least this
--- long, so a settle repeated within it (a write-behind retry, a reply lost in a failover)
--- changes nothing.
+-- Finished reservation ids (KEYS[#KEYS - 1], a zset by Redis ms), so that a settle
+-- repeated (a write-behind retry, a reply lost in a failover) changes nothing. An id is
+-- kept FINISHED_FLOOR_MS at least, at most FINISHED_KEEP_MS, and past the floor only
+-- among the FINISHED_CAP latest: a busy tree's set stays small. A repeat that may come
+-- later than the floor is flagged late by its sender (store/lateness.py: first sent over
+-- 2 s ago, or its lease may have lapsed and been reaped); a late finish that finds no
+-- trace of its id is taken as finished, never charged again (docs/bounds.md).
 local FINISHED_KEEP_MS = 3600000
--- The ids older than that are trimmed by about one finish in this many (those whose
--- Redis ms is a multiple of it): the others only add theirs. An id is kept longer, never
--- shorter, so the trim's rate does not touch the guarantee; the root's close expires it.
+local FINISHED_FLOOR_MS = 5000
+local FINISHED_CAP = 1000
+-- The set is trimmed by about one finish in this many (those whose Redis ms is a multiple
+-- of it): the others only add their id. An id is kept longer, never shorter, so the trim's
+-- rate does not touch the guarantee; the root's close expires the set.
 local FINISHED_TRIM_EVERY = 16
 -- How long the record of a settle whose tree does not exist here is kept (7 days).
 local ORPHAN_RECORD_KEEP_S = 604800
@@ -298,19 +358,86 @@ local function orphan_event(id, ids, charged, amounts, now, ledger_key, ledger_c
   redis.call('PUBLISH', ledger_channel, event)
 end
 
+-- Counts a call from its node record (JSON as Python writes it) on the context hashes of
+-- its path, root first (keys): n:<outcome> at every level (subtree included), outcome
+-- being ok, error, interrupted (aborted, timeout, lost) or halted; on its own context
+-- only, n:unreported for a call charged the floor for reporting nothing and, for a node
+-- with a stop_reason (refused before it ran), n:refused, nr:<reason> and nr_last = reason
+-- instead of an outcome. Fields are written only when a call counts (absent means 0).
+local CALL_OUTCOMES = {ok = 'ok', error = 'error', aborted = 'interrupted',
+                       timeout = 'interrupted', lost = 'interrupted', halted = 'halted'}
+-- A count that is not an integer (corrupt state) stays as it is: pcall, never a script
+-- error after the charge was written.
+local function count_call(keys, node)
+  local own = keys[#keys]
+  local reason = string.match(node, '"stop_reason": "([^"]+)"')
+  if reason then
+    redis.pcall('HINCRBY', own, 'n:refused', 1)
+    redis.pcall('HINCRBY', own, 'nr:' .. reason, 1)
+    redis.call('HSET', own, 'nr_last', reason)
+    return
+  end
+  local outcome = CALL_OUTCOMES[string.match(node, '"status": "(%a+)"') or '']
+  if outcome then
+    for _, key in ipairs(keys) do redis.pcall('HINCRBY', key, 'n:' .. outcome, 1) end
+  end
+  if string.find(node, '"unreported": true', 1, true) then
+    redis.pcall('HINCRBY', own, 'n:unreported', 1)
+  end
+end
+
+-- The context hash keys of a path of levels whose keys come in pairs from KEYS[first].
+local function level_keys(first, levels)
+  local keys = {}
+  for lv = 1, levels do keys[lv] = KEYS[first + 2 * (lv - 1)] end
+  return keys
+end
+
+-- Adds a call's micro-USD (its 'usd' amount) to the tree's spend by model (key), field
+-- '<provider>|<model>' of its node record ('-' for a part not named); a call naming
+-- neither adds nothing (the close counts what no field holds as 'unknown'). A corrupt
+-- field stays as it is (pcall: never a script error after the charge was written).
+local function count_model(key, node_json, amounts)
+  local usd = 0
+  for i = 1, #amounts, 2 do
+    if amounts[i] == 'usd' then usd = tonumber(amounts[i + 1]) end
+  end
+  if usd <= 0 then return end
+  local node = cjson.decode(node_json)
+  local function part(v) return type(v) == 'string' and v ~= '' and v or nil end
+  local provider, model = part(node.provider), part(node.model)
+  if provider or model then
+    redis.pcall('HINCRBY', key, (provider or '-') .. '|' .. (model or '-'), usd)
+  end
+end
+
+-- Trims the finished ids: older than the keep time, and past the floor beyond the cap.
+local function trim_finished(finished, now)
+  redis.call('ZREMRANGEBYSCORE', finished, '-inf', now - FINISHED_KEEP_MS)
+  local over = redis.call('ZCARD', finished) - FINISHED_CAP
+  if over > 0 then
+    local edge = tonumber(redis.call('ZRANGE', finished, over - 1, over - 1, 'WITHSCORES')[2])
+    redis.call('ZREMRANGEBYSCORE', finished, '-inf', math.min(edge, now - FINISHED_FLOOR_MS))
+  end
+end
+
 -- The body of settle.lua and release.lua (their KEYS/ARGV layout): take the open
 -- reservation ARGV[1], remember that it finished (and a keyed one's outcome), finish it
--- with the amounts in ARGV[amounts_from..], append the node record, and return
+-- with the amounts in ARGV[late_at + 1..], append the node record, and return
 -- {1, level, reason, detail, ...} for the levels it stopped. An id that already finished
 -- returns {0} and changes nothing. An id never held here (lost in a failover) is charged
 -- to the path in KEYS all the same: {4, level, reason, detail, ...}; {5} when that path
 -- does not exist here either (recorded, not charged). {3, level, 'state_corrupt', detail}:
--- a counter on the path is corrupt, nothing was charged, the reservation stays held.
-local function close_reservation(outcome, step, retry, amounts_from)
+-- a counter on the path is corrupt, nothing was charged, the reservation stays held with
+-- this finish kept in its record (f = {outcome, node, amounts}): the reaper and a repair
+-- (budgetctl repair) charge it as it was asked, once.
+-- ARGV[late_at] '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
+-- returns {0} with a SettleLate event on the ledger, and charges nothing.
+local function close_reservation(outcome, step, retry, late_at)
   local first, id = 5, ARGV[1]
-  local finished, done = KEYS[#KEYS - 1], KEYS[#KEYS]
+  local finished, done = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
   local amounts = {}
-  for i = amounts_from, #ARGV do amounts[#amounts + 1] = ARGV[i] end
+  for i = late_at + 1, #ARGV do amounts[#amounts + 1] = ARGV[i] end
   local now = now_ms()
   local code = 1
   local rec = redis.call('HGET', KEYS[1], id)
@@ -324,7 +451,12 @@ local function close_reservation(outcome, step, retry, amounts_from)
       redis.call('ZADD', finished, now, id)
       return {0}
     end
-    local ids = path_from_keys(first, (#KEYS - first - 1) / 2)
+    if ARGV[late_at] == '1' then  -- finished long ago (its id trimmed): not charged again
+      local event = cjson.encode({type = 'SettleLate', reservation_id = id, ts = now})
+      redis.call('XADD', KEYS[4], 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
+      return {0}
+    end
+    local ids = path_from_keys(first, (#KEYS - first - 2) / 2)
     if ids == nil then
       -- the tree is gone here: its ledger stream keeps the record a week, not forever
       local fresh = redis.call('EXISTS', KEYS[4]) == 0
@@ -335,17 +467,23 @@ local function close_reservation(outcome, step, retry, amounts_from)
     rec, code = new_reservation(ids, {}, false), 4
   end
   local ok, stopped = finish(rec, first, amounts, step, retry, ARGV[2], now, KEYS[4], ARGV[5])
-  if not ok then code = 3 else
+  if not ok then
+    if code == 1 and rec.f == nil then
+      rec.f = {outcome, ARGV[3], amounts}
+      redis.call('HSET', KEYS[1], id, cjson.encode(rec))
+    end
+    code = 3
+  else
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
     redis.call('ZADD', finished, now, id)
-    if now % FINISHED_TRIM_EVERY == 0 then
-      redis.call('ZREMRANGEBYSCORE', finished, '-inf', now - FINISHED_KEEP_MS)
-    end
+    if now % FINISHED_TRIM_EVERY == 0 then trim_finished(finished, now) end
     if rec.k then redis.call('HSET', done, id, outcome) end
     if code == 4 then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
     if ARGV[3] ~= '' then
-      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'n', ARGV[3])
+      append_capped(KEYS[3], ARGV[4], ARGV[3])
+      count_call(level_keys(first, #rec.p), ARGV[3])
+      count_model(KEYS[#KEYS], ARGV[3], amounts)
     end
   end
   local out = {code}

@@ -9,15 +9,19 @@
 -- ARGV[6]     requested limits (JSON, for the record)
 -- ARGV[7]     timeout ms from now (0 = none)
 -- ARGV[8]     absolute deadline, Unix ms (0 = none)
--- ARGV[9..]   triples: dimension, mode, value, where mode is
+-- ARGV[9]     n, then n field/value pairs the new hash gets with it (a root's quota
+--             buckets, quotas/keeper.py: there before any reserve can see the root)
+-- ARGV[10+2n..] triples: dimension, mode, value, where mode is
 --               'set'       an explicit limit; consumable dimensions are clamped to what
 --                           remains above (limit - used - held, the least over ancestors)
 --               'remaining' what remains above (no limit if no ancestor limits it)
 --               'parent'    the parent's limit for that dimension (steps, retries)
 --
--- Every ancestor must exist with the recorded path (a token cannot graft a context onto
--- another tree). The effective deadline is the earliest of the timeout, the absolute
--- deadline and every ancestor's. A child opened under a stopped ancestor, or past its
+-- The hash records the path as 'mid', the ids between the root and this context ('' at
+-- depth 0 and 1; the key names the root and the context), so that its values stay under
+-- Redis' 64-byte listpack limit for shallow trees. Every ancestor must exist with the
+-- recorded path (a token cannot graft a context onto another tree). The effective
+-- deadline is the earliest of the timeout, the absolute deadline and every ancestor's. A child opened under a stopped ancestor, or past its
 -- deadline, is created and halts on first use; the stop is reported at once. An ancestor
 -- with a corrupt limit, counter or deadline is reported as stopped (state_corrupt) and
 -- leaves the child nothing to inherit (its next reserve stops that ancestor).
@@ -41,9 +45,11 @@ tighten(ARGV[8])
 -- One HMGET per ancestor: its status, place and deadline, and for every requested
 -- dimension its limit and the used and held amounts it limits (a token total limits the
 -- sum of its two directions).
+local extra = tonumber(ARGV[9])
+local triples = 10 + 2 * extra
 local dims = {}
-for i = 9, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
-local wanted = {'status', 'path', 'reason', 'deadline'}
+for i = triples, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
+local wanted = {'status', 'mid', 'reason', 'deadline'}
 local counted = {}   -- dim -> the dimensions whose counters it limits
 for _, d in ipairs(dims) do
   wanted[#wanted + 1] = 'l:' .. d
@@ -66,7 +72,7 @@ for a = 1, nanc do
   local h = {}
   for i, f in ipairs(wanted) do h[f] = v[i] end
   if not h.status then return {0, 'missing', ids[a]} end
-  if h.path ~= table.concat(ids, ',', 1, a) then return {0, 'bad_path', ids[a]} end
+  if (h.mid or '') ~= table.concat(ids, ',', 2, a - 1) then return {0, 'bad_path', ids[a]} end
   if h.status ~= 'running' and stop_reason == '' then
     stop_reason, stopped_by = h.reason or h.status, ids[a]
   end
@@ -98,13 +104,15 @@ for a = 1, nanc do
 end
 if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = 'timeout' end
 
-local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1], 'path', ARGV[3],
+local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1],
+                'mid', table.concat(ids, ',', 2, #ids - 1),
                 'depth', #ids - 1, 'status', 'running', 'created_ms', now,
                 'deadline', deadline, 'meta', ARGV[5], 'config', ARGV[6],
                 'request_id', ARGV[4]}
 local clamped = {}
 local effective = {usd = -1, steps = -1, retries = -1}
-for i = 9, #ARGV, 3 do
+for i = 10, 9 + 2 * extra do fields[#fields + 1] = ARGV[i] end
+for i = triples, #ARGV, 3 do
   local dim, mode, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local limit = nil
   if mode == 'parent' then

@@ -5,16 +5,16 @@
 --
 -- KEYS[1]     bc:{R}:done          hash    charge id -> 'propagated' (a repeated charge,
 --                                          e.g. resent after a lost reply, changes nothing)
--- KEYS[2]     bc:{R}:nodes:<c>     stream  node records of the charged context
+-- KEYS[2]     bc:{R}:nodes:<c>     list    node records of the charged context
 -- KEYS[3]     bc:{R}:ledger        stream  TokenLedgerUpdated events of the tree
 -- KEYS[4..]   per level of the path, root first, two keys: bc:{R}:ctx:<id> (hash) and
---             bc:{R}:events:<id> (stream of SafetyEvents)
+--             bc:{R}:events:<id> (list of SafetyEvents)
 -- ARGV[1]     charge id
 -- ARGV[2]     path ids, comma-separated, root first (same order as the levels in KEYS)
 -- ARGV[3]     abort channel (pub/sub, not a key)
 -- ARGV[4]     ledger channel (pub/sub, not a key)
 -- ARGV[5]     node record (JSON, appended to KEYS[2])
--- ARGV[6]     node stream cap (approximate MAXLEN)
+-- ARGV[6]     node list cap (lib.lua append_capped)
 -- ARGV[7..]   pairs: dimension, amount (integers > 0)
 --
 -- Every level is checked before anything is written (see finish in lib.lua).
@@ -35,7 +35,7 @@ local rec = new_reservation(ids, {}, false)
 local ok, stopped = finish(rec, 4, amounts, false, false, ARGV[3], now_ms(), KEYS[3], ARGV[4])
 local out = {3}
 if ok then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'n', ARGV[5])
+  append_capped(KEYS[2], ARGV[6], ARGV[5])
   out = {1}
 else
   redis.call('HDEL', KEYS[1], 'p:' .. ARGV[1])  -- not applied: a later send may apply it

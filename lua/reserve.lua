@@ -3,7 +3,7 @@
 -- KEYS[1]     bc:{R}:res      hash  reservation id -> its record (lib.lua, new_reservation)
 -- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
 -- KEYS[3..]   per level of the path, root first, caller last, two keys:
---             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (stream of SafetyEvents)
+--             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
 -- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
 -- ARGV[1]     reservation id (the node id)
 -- ARGV[2]     lease length in ms
@@ -24,7 +24,11 @@
 --         of this tree whose lease has expired, for the caller to settle at their estimate);
 --         {0, level, reason, detail, stopped, now_ms} when refused, where stopped is 1 when
 --         the level is stopped for good (before or by this call) and 0 when only this call
---         does not fit.
+--         does not fit; then followed by the expired reservations too (expired_id,
+--         expired_json, ...): their holds may be what leaves no room, and no call of the
+--         tree can be held to find them otherwise.
+--         {0, 1, 'quota_grant', '<i> <why>', 0, now_ms} when the root's quota grant i
+--         cannot cover the call (lib.lua quota_state; the caller tops it up, docs/quotas.md).
 --         A reservation id already held returns {1, now_ms} and holds nothing more;
 --         a call key already finished returns {2, now_ms, outcome} and holds nothing.
 
@@ -62,6 +66,8 @@ for _, d in ipairs(dims) do
   fields[#fields + 1] = 'h:' .. d
 end
 for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
+fields[#fields + 1] = 'q'  -- the root's number of quota buckets (lib.lua quota_state)
+local nq = 0
 
 -- The refusal of a call at level lv whose dimension d (limit, used, held) cannot take
 -- amount: for good (a stop) when used already reached the limit.
@@ -74,7 +80,7 @@ local function refuse(lv, key, events_key, d, limit, used, held, amount)
   local detail = d .. ' needs ' .. amount_text(d, amount) .. ', ' ..
                  amount_text(d, limit - used - held) .. ' of ' .. amount_text(d, limit) ..
                  ' left (' .. amount_text(d, held) .. ' held by calls in flight)'
-  return {0, lv, reason_for(d), detail, 0, now}
+  return append_expired({0, lv, reason_for(d), detail, 0, now}, KEYS[1], KEYS[2], now)
 end
 
 -- The refusal at level lv whose stored state is corrupt: the level stops (fail closed).
@@ -132,6 +138,23 @@ for lv = 1, levels do
     end
   end
   holds[lv] = set
+  if lv == 1 then nq = n[#fields] end
+end
+local qgids = nil
+if nq > 0 then
+  local st, why = quota_state(KEYS[3], nq, now)
+  local amt = quota_amounts(function(d) return at[d] and amounts[at[d]] or 0 end)
+  if st then
+    for _, d in ipairs(QUOTA_DIMS) do
+      -- as at a level: a grant used up refuses even a call estimated at nothing
+      if st.left[d] and (st.left[d] <= 0 or amt[d] > st.left[d]) then
+        why = st.short[d] .. ' ' .. d
+      end
+    end
+  end
+  if why then return {0, 1, 'quota_grant', why, 0, now} end
+  quota_holds(st, amt, holds[1])
+  qgids = st.gids
 end
 
 -- Every level accepted: hold the amounts everywhere (one HSET per level).
@@ -139,18 +162,9 @@ local held = held_pairs(dims, amounts)
 for lv = 1, levels do
   if #holds[lv] > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(holds[lv])) end
 end
-redis.call('HSET', KEYS[1], id, cjson.encode(new_reservation(ids, held, ARGV[5] == '1')))
+local rec = new_reservation(ids, held, ARGV[5] == '1')
+rec.q = qgids
+redis.call('HSET', KEYS[1], id, cjson.encode(rec))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
 
-local out = {1, now}
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 8)
-for _, eid in ipairs(expired) do
-  local rec = redis.call('HGET', KEYS[1], eid)
-  if rec then
-    out[#out + 1] = eid
-    out[#out + 1] = rec
-  else
-    redis.call('ZREM', KEYS[2], eid)
-  end
-end
-return out
+return append_expired({1, now}, KEYS[1], KEYS[2], now)

@@ -28,8 +28,11 @@ local retired = ''
 local rec = redis.call('HMGET', KEYS[1], 'status', 'expires_at', 'execution_count',
                        'sandbox_id')
 if rec[1] == 'active' then
-  local expired = tonumber(rec[2]) <= now
-  if not expired and tonumber(rec[3]) < max_exec then
+  -- an expiry or count that is not a canonical integer (lib.lua, stored_num) retires
+  -- the record as expired (fail closed)
+  local expires, count = stored_num(rec[2]), stored_num(rec[3])
+  local expired = not expires or not count or expires <= now
+  if not expired and count < max_exec then
     local out = {'existing', now, '', 0}
     local flat = redis.call('HGETALL', KEYS[1])
     for i = 1, #flat do out[#out + 1] = flat[i] end

@@ -23,7 +23,10 @@ end
 local generation = 1
 local old = redis.call('HGETALL', KEYS[1])
 if #old > 0 then
-  generation = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0') + 1
+  -- a generation that is not a canonical integer (lib.lua): one past the archived ones
+  local last = stored_num(redis.call('HGET', KEYS[1], 'generation'))
+  if last == false then last = redis.call('XLEN', KEYS[6]) end
+  generation = (last or 0) + 1
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[4], '*', unpack(old))
   redis.call('DEL', KEYS[1])
 end

@@ -16,7 +16,7 @@ if not rec[1] or (ARGV[3] ~= '' and rec[3] ~= ARGV[3]) then
 end
 local count = redis.call('HINCRBY', KEYS[1], 'execution_count', 1)
 redis.call('HINCRBY', KEYS[1], 'total_execution_time_ms', ARGV[2])
-local expires = now + tonumber(rec[2])
+local expires = now + (stored_num(rec[2]) or 0)  -- a corrupt ttl: expired at once
 redis.call('HSET', KEYS[1], 'last_used_at', now, 'expires_at', expires, 'updated_at', now)
 if rec[1] == 'active' then
   redis.call('ZADD', KEYS[2], expires, ARGV[1])

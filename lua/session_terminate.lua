@@ -23,7 +23,7 @@ end
 if rec[1] ~= 'active' then
   return {'inactive', now, rec[2]}
 end
-if ARGV[6] == '1' and tonumber(rec[3]) > now then
+if ARGV[6] == '1' and (stored_num(rec[3]) or 0) > now then  -- corrupt: expired
   return {'mismatch', now, rec[2]}
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'terminated_reason', ARGV[3],

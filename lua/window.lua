@@ -20,11 +20,16 @@
 -- Returns {code, calls, micro-USD, now_ms, retry_after_ms}: code 0 ALLOW, 1 DEGRADE,
 -- 2 HALT (admit: not added; retry_after_ms is when the oldest entry leaves the window).
 -- Admitting a call id twice adds it once. Both keys expire one window after the last write.
+-- A stored amount that is not a canonical integer (lib.lua, stored_num) refuses every
+-- call (code 2, retry after one window) until the keys expire: it never lifts the limit.
 
 local now = now_ms()
 local window = tonumber(ARGV[2])
 local stored = redis.call('GET', KEYS[2])
-local usd = tonumber(stored or '0')
+local usd = stored_num(stored)
+local function corrupt() return {2, redis.call('ZCARD', KEYS[1]), 0, now, window} end
+if usd == false then return corrupt() end
+usd = usd or 0
 
 local function save()
   redis.call('PEXPIRE', KEYS[1], window)
@@ -36,7 +41,9 @@ end
 -- money in the window there is none to subtract).
 if usd > 0 then
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)) do
-    usd = usd - tonumber(string.match(m, '|(%d+)$'))
+    local amount = stored_num(string.match(m, '|([^|]*)$'))
+    if not amount then return corrupt() end
+    usd = usd - amount
   end
 end
 if redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window) > 0 then save() end
@@ -52,12 +59,12 @@ local calls = redis.call('ZCARD', KEYS[1])
 
 if ARGV[1] == 'charge' then
   local held, actual = tonumber(ARGV[4]), tonumber(ARGV[5])
-  local member = id .. '|' .. held
+  local member = id .. '|' .. ARGV[4]  -- as Python wrote the number: canonical
   local score = redis.call('ZSCORE', KEYS[1], member)
   if score and held ~= actual then
     -- Keep the admission time: the actual amount leaves the window when the hold would.
     redis.call('ZREM', KEYS[1], member)
-    redis.call('ZADD', KEYS[1], score, id .. '|' .. actual)
+    redis.call('ZADD', KEYS[1], score, id .. '|' .. ARGV[5])
     usd = usd + actual - held
     save()
   end
@@ -71,7 +78,7 @@ end
 local max_calls, degrade_calls = tonumber(ARGV[4]), tonumber(ARGV[5])
 local max_usd, degrade_usd = tonumber(ARGV[6]), tonumber(ARGV[7])
 local estimate = tonumber(ARGV[8])
-local member = id .. '|' .. estimate
+local member = id .. '|' .. ARGV[8]
 if not redis.call('ZSCORE', KEYS[1], member) then
   if (max_calls > 0 and calls >= max_calls)
      or (max_usd > 0 and (usd >= max_usd or usd + estimate > max_usd)) then

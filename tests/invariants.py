@@ -29,10 +29,13 @@ def check_tree(client: redis.Redis, root: str, ks: KeySpace | None = None) -> in
     node_retries: dict[str, int] = {}
     for ctx_id in subtree(client, ks, root, root):
         cost = steps = retries = 0
-        for _, fields in client.xrange(ks.nodes(root, ctx_id)):
-            n = json.loads(fields[b"n"] if b"n" in fields else fields["n"])
+        for entry in client.lrange(ks.nodes(root, ctx_id), 0, -1):
+            n = json.loads(entry)
             cost += round(n.get("cost_usd", 0.0) * 1_000_000)
-            steps += n["status"] in ("ok", "lost") and n["kind"] != "charge"  # no step
+            if "steps_used" in n:  # a wrapped call's record says what it counted
+                steps += n["steps_used"]
+            else:  # a reaped call (lost) counted one; a charge none
+                steps += n["status"] in ("ok", "lost") and n["kind"] != "charge"
             retries += n.get("retries_used", 0)
         node_cost[ctx_id], node_steps[ctx_id], node_retries[ctx_id] = cost, steps, retries
     for ctx_id in node_cost:

@@ -9,9 +9,14 @@ from coordinator import Decision, ExecutionContext, WrapOptions, report_usage
 from tests.procs import _coord
 
 
-def hold_slice(url: str, token: str, lease_ms: int, ready: Any) -> None:
-    """Serve 5 calls of $0.01 from a slice, flush them, then hold the slice forever (the
-    test SIGKILLs us)."""
+def hold_slice(url: str, token: str, lease_ms: int, ready: Any, flush: bool) -> None:
+    """Serve 5 calls of $0.01 from a slice, flush them (with ``flush``; else neither the
+    batch's timed flush nor the slice's age-out comes, as in a process killed before
+    them, however late the test's SIGKILL lands), then hold the slice forever."""
+    from coordinator.context import lease as lease_mode
+
+    lease_mode.FLUSH_AFTER_S = 3600.0
+    lease_mode.LeaseSlice._age_out = lambda self, slice_id: None  # type: ignore[method-assign]
     coord = _coord(url, lease_ms=lease_ms)
     ctx = ExecutionContext.attach(token, coordinator=coord)
     for _ in range(5):
@@ -22,8 +27,9 @@ def hold_slice(url: str, token: str, lease_ms: int, ready: Any) -> None:
 
     lease = slice_of(ctx._state)
     assert lease is not None and lease.slice_id is not None
-    lease.flush()
-    ready.set()
+    if flush:
+        lease.flush()
+    ready.put(lease.slice_id)
     time.sleep(3600)
 
 

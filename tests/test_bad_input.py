@@ -1,6 +1,7 @@
 """Bad input to the core API gets a clear, typed error, and nothing already recorded is
 lost or changed: no counter written in a form the library cannot read back, no
-reservation left open, no retry spent on a caller's mistake."""
+reservation left open, no retry spent on a caller's mistake. (An impossible usage
+report is not a mistake to forgive: the call ran, so it counts and is charged.)"""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
+from coordinator.core.charging_rules import DEFAULT_FLOOR_USD
 from coordinator.errors import InvalidConfigError, InvalidCostError, InvalidUsageError
 from tests.invariants import check_tree
 
@@ -65,15 +67,19 @@ def test_wrap_options_beyond_any_real_call_are_refused(kwargs: dict[str, Any]) -
     {"input_tokens": 1e30}, {"input_tokens": 5, "provider": 5},
     {"input_tokens": 5, "provider": ["openai"]}, {"input_tokens": 5, "model": 5},
 ])
-def test_impossible_reports_raise_and_change_nothing(coord: Coordinator,
-                                                     report: dict[str, Any]) -> None:
+def test_impossible_reports_raise_and_are_charged_the_floor(coord: Coordinator,
+                                                            report: dict[str, Any]) -> None:
     ctx = ExecutionContext(CONFIG, coordinator=coord)
     assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.1, input_tokens=10)) \
         == Decision.ALLOW
-    before = _state(ctx)
     with pytest.raises((InvalidCostError, InvalidUsageError)):
         ctx.wrap_llm_call(lambda: report_usage(**report))
-    assert _state(ctx) == before  # no retry spent, nothing charged, still readable
+    cost, steps, retries, status, tokens = _state(ctx)
+    # the call ran: it raised (one retry) and is charged the floor (no estimate), the
+    # counters stay readable
+    assert (steps, retries, status) == (1, 1, "running")
+    assert cost == pytest.approx(0.1 + DEFAULT_FLOOR_USD)
+    assert tokens.input == 10
     ctx.close()
     check_tree(coord.client, ctx.chain_id)
 
@@ -96,22 +102,24 @@ def test_a_response_with_unreadable_usage_is_charged_its_estimate(
     ctx = ExecutionContext(CONFIG, coordinator=coord)
     opts = WrapOptions(cost_estimate_hint=0.05, input_tokens_estimate=100,
                        max_output_tokens=20)
-    with pytest.raises(InvalidUsageError, match="its estimate was charged"):
+    with pytest.raises(InvalidUsageError, match=r"it was charged \$0.050000 \(estimate\)"):
         ctx.wrap_llm_call(lambda: response, opts)
     coord.store.flush()
     snap = ctx.get_snapshot()
     assert snap.cost_usd_accumulated == pytest.approx(0.05)  # billed, amount unknown
     assert (snap.tokens.input, snap.tokens.output, snap.tokens.reserved) == (100, 20, 0)
-    assert snap.retries_used == 0
+    assert (snap.step_count, snap.retries_used) == (1, 0)  # it returned: a step
     ctx.close()
     check_tree(coord.client, ctx.chain_id)
 
 
-def test_an_invalid_usage_report_spends_no_retry(coord: Coordinator) -> None:
+def test_an_invalid_usage_report_raises_and_counts_its_run(coord: Coordinator) -> None:
     ctx = ExecutionContext(CONFIG, coordinator=coord)
     with pytest.raises(InvalidUsageError):  # cache reads beyond the input
         ctx.wrap_llm_call(lambda: report_usage(input_tokens=5, cache_read_input_tokens=10))
-    assert ctx.get_snapshot().retries_used == 0
+    snap = ctx.get_snapshot()
+    assert (snap.step_count, snap.retries_used) == (0, 1)
+    assert snap.cost_usd_accumulated == pytest.approx(DEFAULT_FLOOR_USD)
     ctx.close()
     check_tree(coord.client, ctx.chain_id)
 

@@ -53,6 +53,8 @@ def test_demo_on_a_shared_redis_exits_0_and_leaves_only_expiring_tree_keys(
     assert "the abort reached all 6 running sub-agents" in out
     assert "reserved now: $0.000000" in out
     assert "orchestrator demo-" in out and "└── budgetctl.demo.sub_agent" in out
+    # scenario 1's sub-agents refused by the ceiling show it (issue 23 item 2)
+    assert "refused: budget_exceeded" in out.split("== Scenario 2")[0]
     assert "micro-USD" not in out  # amounts are in dollars
     queue = next(w for w in out.split() if w.startswith("budgetctl-demo-"))
     assert _processes_mentioning(queue) == []  # every worker process is gone

@@ -3,6 +3,7 @@ on a Redis broker the tests start, and on RabbitMQ at 127.0.0.1:5672 when it ans
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -20,6 +21,8 @@ from kombu import Connection
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, WrapOptions
 from coordinator.context.cancellation import CancellationToken
+from coordinator.core.amounts import usd_to_micro
+from coordinator.core.charging_rules import DEFAULT_FLOOR_USD
 from coordinator.embedded import RedisServer
 from coordinator.errors import TokenMalformedError, TokenSignatureError
 from tests.celery_app_harness import TOKEN_KEYS, Workers
@@ -200,6 +203,22 @@ def test_chain_group_and_chord_carry_the_token(cluster: Cluster) -> None:
     assert all(len(x["path"]) == 3 and x["path"][0] == r for x in inner)
     assert len({x["path"][1] for x in inner}) == 1
     assert len(cluster.coord.store.children(r, r)) == 3 + 4 + 4 + 1
+
+
+def test_a_root_made_on_a_running_event_loop_is_joined_by_its_task(
+        redis_cluster: Cluster) -> None:
+    """A root made while an event loop runs on the thread (a notebook) is opened before
+    the task's header names it: the task joins it instead of failing (issue 25, case 6)."""
+    async def notebook_cell() -> tuple[ExecutionContext, dict[str, Any]]:
+        with redis_cluster.root() as root:
+            res = redis_cluster.sig("probe").apply_async()
+            out = await asyncio.to_thread(res.get, timeout=30)
+        return root, out
+
+    root, out = asyncio.run(notebook_cell())
+    assert out["path"] == [root.chain_id, out["task_id"]]
+    assert redis_cluster.coord.store.children(root.chain_id, root.chain_id) == [
+        out["task_id"]]
 
 
 def test_a_task_without_a_token_opens_a_root_named_after_it(redis_cluster: Cluster) -> None:
@@ -386,7 +405,9 @@ def test_a_redelivered_task_charges_each_call_once(redis_cluster: Cluster) -> No
     assert cl.marks.get(f"runs:second:{res.id}") == "2"  # cut short, then replayed
     ledger = cl.ledger(root)
     assert ledger["open"] == 0 and ledger["held"] == 0
-    assert ledger["used"] == 100_000 + 50_000
+    # the two calls of the body, each charged once, and the probe call above (it reported
+    # nothing: the floor, docs/tokens.md)
+    assert ledger["used"] == 100_000 + 50_000 + usd_to_micro(DEFAULT_FLOOR_USD)
 
 
 def test_a_stopped_body_waits_for_the_other_stopped_bodies_before_its_bookkeeping(

@@ -107,7 +107,7 @@ def test_top_has_headers_sorts_and_says_how_many_it_left_out(
     code, out, _ = _cli(capsys, redis_url, "top")
     assert code == 0
     assert out.splitlines()[0].split() == ["TREE", "NAME", "SPENT", "CEILING", "USED",
-                                           "RESERVED", "CALLS", "AGE", "STATUS"]
+                                           "RESERVED", "CALLS", "AGE", "BURN/MIN", "STATUS"]
     assert _top_ids(out) == ["t2", "t4", "t1", "t3"]  # largest spend first by default
     assert "4 open trees, largest spend first" in out and "more" not in out
     code, out, _ = _cli(capsys, redis_url, "top", "--sort", "fraction")
@@ -132,9 +132,10 @@ def test_json_shapes(coord: Coordinator, redis_url: str, capsys: Capture) -> Non
     assert code == 0 and (top["total"], top["shown"], top["more"], top["sort"]) == (
         2, 1, 1, "spend")
     tree_keys = {"id", "name", "status", "halted", "stop", "spent_usd", "reserved_usd",
-                 "limit_usd", "fraction", "calls", "created_ms", "age_s"}
+                 "limit_usd", "fraction", "calls", "calls_refused", "call_outcomes",
+                 "refusals", "last_refusal", "created_ms", "age_s"}
     (first,) = top["trees"]
-    assert set(first) == tree_keys
+    assert set(first) == tree_keys | {"usd_per_min"}
     assert (first["id"], first["name"], first["spent_usd"], first["limit_usd"],
             first["calls"], first["stop"]) == ("j1", "planner", 0.375, 2.0, 2, None)
 
@@ -156,8 +157,11 @@ def test_json_shapes(coord: Coordinator, redis_url: str, capsys: Capture) -> Non
     code, out, _ = _cli(capsys, redis_url, "spend", "--json")
     spend = json.loads(out)
     today = datetime.now(timezone.utc).date().isoformat()
-    assert code == 0 and spend == {"day": today, "by": {
-        "org": {"acme": 0.375}, "team": {}, "service": {"planner": 0.375}}}
+    assert code == 0 and spend == {"day": today, "total_usd": 0.375, "unlabelled_usd": 0.0,
+                                   "by": {"org": {"acme": 0.375}, "team": {},
+                                          "service": {"planner": 0.375}},
+                                   "models": [{"provider": None, "model": None,
+                                               "usd": 0.375}]}
 
 
 def test_every_context_under_an_abort_shows_who_stopped_it_and_why(

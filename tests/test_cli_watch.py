@@ -46,7 +46,9 @@ def test_top_watch_redraws_on_a_terminal_and_ctrl_c_exits_cleanly(
          redis_url], stdin=tty_fd, stdout=tty_fd, stderr=tty_fd, env=ENV, cwd=ROOT)
     os.close(tty_fd)
     try:
-        first = _read_until(main_fd, b"budgetctl top \xc2\xb7 every 0.2s", 1)
+        header = b"budgetctl top \xc2\xb7 every 0.2s"
+        # a frame is written in several chunks: it is whole once the next one begins
+        first = _read_until(main_fd, header, 2).split(header)[1]
         assert run.chain_id.encode() in first and b"$0.0000" in first
         run.wrap_llm_call(lambda: report_usage(cost_usd=0.25))
         later = _read_until(main_fd, b"$0.2500", 1)  # a later frame shows the spend
@@ -73,7 +75,7 @@ def test_tree_watch_piped_prints_frame_after_frame(coord: Coordinator, redis_url
         try:
             assert proc.stdout is not None and proc.stderr is not None
             fd = proc.stdout.fileno()
-            first = _read_until(fd, b"Ctrl-C to stop", 1)
+            first = _read_until(fd, b"Ctrl-C to stop", 2).split(b"Ctrl-C to stop")[1]
             assert child.chain_id.encode() in first
             run.abort("watch me")
             later = _read_until(fd, b"watch me", 2)  # on the root and on the child

@@ -58,18 +58,19 @@ def test_invalid_limits_raise_typed_error(bad: dict[str, object]) -> None:
     assert next(iter(bad)) in str(err.value)
 
 
-def test_invalid_cost_report_changes_nothing(coord: Coordinator) -> None:
+def test_invalid_cost_report_is_charged_its_estimate_and_counts_a_retry(
+        coord: Coordinator) -> None:
     with ExecutionContext(config()) as ctx:
         ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.1))
-        before = ctx.get_snapshot()
         for bad in (float("nan"), -0.5, math.inf):
             with pytest.raises(InvalidCostError):
-                ctx.wrap_llm_call(lambda bad=bad: report_usage(cost_usd=bad))
+                ctx.wrap_llm_call(lambda bad=bad: report_usage(cost_usd=bad),
+                                  WrapOptions(cost_estimate_hint=0.02))
         with pytest.raises(InvalidConfigError):
             WrapOptions(cost_estimate_hint=float("nan"))
         after = ctx.get_snapshot()
-        assert (after.cost_usd_accumulated, after.step_count, after.retries_used) == (
-            before.cost_usd_accumulated, before.step_count, before.retries_used)
+        assert (after.step_count, after.retries_used) == (1, 3)
+        assert after.cost_usd_accumulated == pytest.approx(0.1 + 3 * 0.02)
         assert after.cost_usd_reserved == 0
     check_tree(coord.client, ctx.chain_id)
 
@@ -239,7 +240,7 @@ def test_pipeline_is_consulted_after_limits_in_spec_order(coord: Coordinator) ->
         ctx.wrap_llm_call(lambda: None, WrapOptions(operation_name="op4"))
     assert log == ["a.before_llm_call:op", "fn", "a.before_charge:0.5",
                    "a.before_llm_call:op2", "a.on_error:provider 503",
-                   "a.before_llm_call:op3", "a.before_charge:0.0"]  # op4: limits first
+                   "a.before_llm_call:op3", "a.before_charge:0.0001"]  # op4: limits first
 
 
 class _HaltOnCharge:

@@ -25,26 +25,44 @@ from coordinator.dashboard.model import (
 MIN = 60_000
 
 
-def test_burn_rate_of_a_young_tree_counts_from_its_creation() -> None:
-    # $0.30 in the 3 minutes since creation: $0.10 per minute
-    assert burn_rate([], 3 * MIN, 300_000, 0) == pytest.approx(0.10)
+def test_burn_rate_is_the_spend_of_the_last_minute_never_extrapolated() -> None:
+    # $0.30 spent by a tree 20 s old: $0.30 in the last minute, not $0.90 per minute
+    assert burn_rate([], 20_000, 300_000, 0) == pytest.approx(0.30)
+    # a tree that spent everything in its first second and nothing since burns nothing
+    # once that second is more than a minute ago (it showed $7.52/min six minutes on)
+    samples = [(1_000, 7_520_000), (11_000, 7_520_000), (300_000, 7_520_000)]
+    assert burn_rate(samples, 6 * MIN, 7_520_000, 0) == 0.0
 
 
 def test_burn_rate_uses_the_spend_at_the_window_start() -> None:
     now = 60 * MIN
-    samples = [(now - 10 * MIN, 1_000_000), (now - 6 * MIN, 2_000_000),
-               (now - 2 * MIN, 2_500_000)]
-    # baseline: $2.00 (the last sample before the 5-minute window); now $3.00
-    assert burn_rate(samples, now, 3_000_000, 0) == pytest.approx(1.00 / 5)
+    samples = [(now - 10 * MIN, 1_000_000), (now - 70_000, 2_000_000),
+               (now - 30_000, 2_500_000)]
+    # baseline: $2.00 (the last sample before the one-minute window, 70 s ago); now $3.00
+    assert burn_rate(samples, now, 3_000_000, 0) == pytest.approx(1.00 / (70 / 60))
     # an idle tree burns nothing; an old tree without samples has no baseline yet
-    assert burn_rate(samples, now, 2_500_000, 0) == pytest.approx(0.5 / 5)
+    assert burn_rate(samples, now, 2_000_000, 0) == 0.0
     assert burn_rate([], now, 3_000_000, 0) == 0.0
+    # a first sample inside the window: the rate over a full window, not a shorter span
+    assert burn_rate([(now - 5_000, 1_000_000)], now, 2_000_000, 0) == pytest.approx(1.0)
+
+
+def test_only_a_running_tree_burns_and_its_age_counts_from_creation() -> None:
+    h = {"id": "r", "status": "stopped", "reason": "aborted", "u:usd": "500000",
+         "l:usd": "1000000", "created_ms": "1000", "stopped_ms": "2000"}
+    row = row_from_hash(h, 104_000, rate=7.5)
+    assert row is not None
+    assert row.age_s == 103.0  # not the 1 s it ran before its stop
+    assert (row.usd_per_min, row.minutes_to_ceiling) == (0.0, None)
+    running = row_from_hash({**h, "status": "running"}, 104_000, rate=0.25)
+    assert running is not None and running.usd_per_min == 0.25
+    assert running.minutes_to_ceiling == pytest.approx(2.0)
 
 
 def test_samples_are_kept_for_the_window_only_and_only_when_spend_moves() -> None:
     now = 60 * MIN
     old = [(now - 20 * MIN, 1), (now - 8 * MIN, 2), (now - 3 * MIN, 3)]
-    assert next_samples(old, now, 4) == [(now - 8 * MIN, 2), (now - 3 * MIN, 3), (now, 4)]
+    assert next_samples(old, now, 4) == [(now - 3 * MIN, 3), (now, 4)]
     assert next_samples(old, now, 3) is None  # spend did not move: nothing to write
     assert next_samples([(now - 1000, 1)], now, 9) is None  # too soon after the last
     assert all(ms >= now - BURN_WINDOW_MS - 3 * MIN for ms, _ in next_samples(old, now, 4) or [])
@@ -65,11 +83,12 @@ def _row(used: int, limit: int, team: str = "a", age_ms: int = 2 * MIN) -> objec
 def test_crossings_of_fractions_and_burn_and_label_rules() -> None:
     rules = [AlertRule(), AlertRule(fractions=(0.3,), burn_usd_per_min=1.5,
                                     match={"team": "b"})]
+    # one alert for a jump past several thresholds: the highest crossed
     got = crossings(_row(850_000, 1_000_000), "r", rules, 5)  # type: ignore[arg-type]
-    assert sorted(a.threshold for a in got) == ["fraction:0.5", "fraction:0.8"]
+    assert [a.threshold for a in got] == ["fraction:0.8"]
     got = crossings(_row(1_000_000, 1_000_000, "b"), "r", rules, 5)  # type: ignore[arg-type]
-    assert sorted(a.threshold for a in got) == ["burn:1.5", "fraction:0.3", "fraction:0.5",
-                                                "fraction:0.8", "fraction:1"]
+    assert sorted(a.threshold for a in got) == ["burn:1.5", "fraction:1"]
+    assert "100% of the $1.00 ceiling spent (threshold 100%)" in got[-1].message()
     assert crossings(_row(10, 0), "r", rules, 5) == []  # type: ignore[arg-type]
     # a tree younger than a minute does not alert on its (extrapolated) burn rate
     young = crossings(_row(10, 0, "b", age_ms=30_000), "r", rules, 5)  # type: ignore[arg-type]

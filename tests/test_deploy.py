@@ -4,6 +4,7 @@ every operation of the coordinator (and no more)."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import time
 from pathlib import Path
@@ -33,6 +34,17 @@ def _spend(ctx: ExecutionContext, usd: float) -> Decision:
     return ctx.wrap_llm_call(lambda: None, WrapOptions(cost_estimate_hint=usd))
 
 
+def test_every_worker_the_deploy_files_start_names_a_module_that_imports() -> None:
+    """The Celery app each compose file and manifest starts (``celery -A <module>``)."""
+    apps = {(f.relative_to(DEPLOY).as_posix(), m)
+            for f in DEPLOY.rglob("*.y*ml")
+            for m in re.findall(r'"celery", "-A", "([\w.]+)"', f.read_text())}
+    assert {f for f, _ in apps} >= {"docker-compose.yml", "sentinel/docker-compose.yml",
+                                    "cluster/docker-compose.yml"}
+    for _, module in apps:
+        importlib.import_module(module)
+
+
 def test_the_shipped_redis_conf_loads_with_the_settings_it_promises() -> None:
     with RedisServer(config_file=str(DEPLOY / "redis.conf")) as server:
         r = redis.Redis.from_url(server.url, decode_responses=True)
@@ -40,6 +52,7 @@ def test_the_shipped_redis_conf_loads_with_the_settings_it_promises() -> None:
         assert r.config_get("appendfsync") == {"appendfsync": "everysec"}
         assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
         assert r.config_get("save") == {"save": ""}
+        assert r.config_get("hash-max-ziplist-value") == {"hash-max-ziplist-value": "512"}
         r.close()
 
 

@@ -1,9 +1,11 @@
 """Lease mode: slices held like reservations, calls served locally and flushed in
 batches, slices shrinking near a ceiling, stops ending slices, a dead process's slice
-reclaimed; many OS processes in lease and strict mode on one tree, then the invariants."""
+reclaimed (its unflushed part charged as used, or given back on opt-in); many OS
+processes in lease and strict mode on one tree, then the invariants."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -25,6 +27,8 @@ from coordinator import (
 from coordinator.context.lease_registry import slice_of
 from coordinator.core.keys import KeySpace
 from coordinator.errors import InvalidConfigError
+from coordinator.store.leases_store import Batch, LeaseStore
+from coordinator.store.records import ReservationRecord
 from tests import lease_procs, procs
 from tests.invariants import check_tree
 
@@ -91,6 +95,7 @@ def test_slices_shrink_near_a_ceiling_and_large_calls_go_strict(coord: Coordinat
                                   WrapOptions(cost_estimate_hint=0.05)) == Decision.ALLOW
         lease = slice_of(root._state)
         assert lease is not None and lease.slice_id is None
+        coord.store.flush()  # its settle is queued (sent within 20 ms): land it now
         assert _hash(client, root.chain_id, root.chain_id)["u:usd"] == 50_000
         # a small one takes a slice of what remains / 4: 12_500
         assert root.wrap_llm_call(lambda: report_usage(cost_usd=0.001),
@@ -152,32 +157,142 @@ def test_mixed_lease_and_strict_processes_keep_the_invariants(
     root.close()
 
 
-def test_sigkilled_process_slice_is_reclaimed(coord: Coordinator, redis_url: str) -> None:
+@pytest.mark.parametrize("flush", [False, True], ids=["unflushed", "flushed"])
+@pytest.mark.parametrize("returns", [False, True], ids=["charged", "return_on_expiry"])
+def test_sigkilled_process_slice_is_charged_as_used(coord: Coordinator, redis_url: str,
+                                                    returns: bool, flush: bool) -> None:
+    """Issue 25, case 8: a process served five $0.01 calls from its $0.20 slice and was
+    SIGKILLed (before or after its flush). Its unflushed part is charged in full by
+    default (which calls it ran cannot be known); with return_on_expiry only what it
+    flushed stays charged."""
     client = coord.client
-    root = ExecutionContext(_cfg(1.0, LeasePolicy(usd=0.2, steps=50)))
-    ready = SPAWN.Event()
+    policy = LeasePolicy(usd=0.2, steps=50, return_on_expiry=returns)
+    root = ExecutionContext(_cfg(1.0, policy))
+    ready = SPAWN.Queue()
     p = SPAWN.Process(target=lease_procs.hold_slice,
-                      args=(redis_url, root.token, 2000, ready))
+                      args=(redis_url, root.token, 4000, ready, flush))
     p.start()
-    assert ready.wait(60)
-    h = _hash(client, root.chain_id, root.chain_id)
-    assert h["u:usd"] == 50_000 and h["h:usd"] == 200_000 - 50_000
-    assert client.scard(KS.slices(root.chain_id)) == 1
+    slice_id = ready.get(timeout=60)
     os.kill(p.pid, signal.SIGKILL)
+    flushed = 50_000 if flush else 0
+    h = _hash(client, root.chain_id, root.chain_id)
+    assert h.get("u:usd", 0) == flushed and h["h:usd"] == 200_000 - flushed
+    assert client.scard(KS.slices(root.chain_id)) == 1
     p.join(10)
-    time.sleep(2.2)  # the lease (2 s) is no longer renewed
-    # the next reserve in the tree reaps it: flushed spend stays charged, the rest returns
+    time.sleep(4.2)  # the lease (4 s) is no longer renewed
+    # the next reserve in the tree reaps it
     strict_kid = root.spawn_child(lease=False)
     assert strict_kid.wrap_llm_call(lambda: report_usage(cost_usd=0.01),
                                     WrapOptions(cost_estimate_hint=0.01)) == Decision.ALLOW
     strict_kid.close()
     h = _hash(client, root.chain_id, root.chain_id)
-    assert h["u:usd"] == 60_000 and h["h:usd"] == 0
-    reclaimed = [f for _, f in client.xrange(KS.nodes(root.chain_id, root.chain_id))
-                 if "(lease slice reclaimed)" in f["n"]]
+    charged = flushed if returns else 200_000
+    assert h["u:usd"] == charged + 10_000 and h["h:usd"] == 0
+    reclaimed = [json.loads(n) for n in
+                 client.lrange(KS.nodes(root.chain_id, root.chain_id), 0, -1)
+                 if "(lease slice reclaimed)" in n]
     assert len(reclaimed) == 1  # reclaimed by the expiry, not given back by its process
+    assert reclaimed[0]["cost_usd"] == pytest.approx(0 if returns else 0.2 - flushed / 1e6)
+    events = [json.loads(e) for e in
+              client.lrange(KS.events(root.chain_id, root.chain_id), 0, -1)]
+    expired = [e for e in events if e["event_type"] == "slice_expired"]
+    assert len(expired) == 1 and slice_id in expired[0]["reason"]
+    meta = expired[0]["metadata"]
+    assert meta["slice_id"] == slice_id
+    assert meta["returned" if returns else "charged"]["usd"] == 200_000 - flushed
     root.close()
     check_tree(client, root.chain_id)
+
+
+@pytest.mark.parametrize("returns", [False, True], ids=["charged", "return_on_expiry"])
+def test_an_expired_slice_that_leaves_no_room_is_reaped_by_the_refused_call(
+        coord: Coordinator, redis_url: str, returns: bool) -> None:
+    """A dead process's slice holds so much of a $0.25 tree that the next call cannot be
+    held, and expired holds used to be reaped only by a call that was: the tree stayed
+    blocked for good. The refused reserve now names the expired holds; the caller
+    reclaims them and asks once more."""
+    client = coord.client
+    root = ExecutionContext(_cfg(0.25, LeasePolicy(usd=0.2, steps=50,
+                                                   return_on_expiry=returns)))
+    strict_kid = root.spawn_child(lease=False)  # its ceiling: the whole $0.25
+    ready = SPAWN.Queue()
+    p = SPAWN.Process(target=lease_procs.hold_slice,
+                      args=(redis_url, root.token, 1000, ready, False))
+    p.start()
+    ready.get(timeout=60)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    slice_usd = _hash(client, root.chain_id, root.chain_id)["h:usd"]  # shrunk near the ceiling
+    cost = round(0.25 - slice_usd / 1e6 + 0.01, 6)  # does not fit beside the slice
+    time.sleep(1.2)  # the lease (1 s) is no longer renewed
+    d = strict_kid.wrap_llm_call(lambda: report_usage(cost_usd=cost),
+                                 WrapOptions(cost_estimate_hint=cost))
+    coord.store.flush()
+    h = _hash(client, root.chain_id, root.chain_id)
+    assert h["h:usd"] == 0 and client.scard(KS.slices(root.chain_id)) == 0
+    if returns:  # the slice's unflushed part went back: the call fits
+        assert d == Decision.ALLOW and h["u:usd"] == round(cost * 1e6)
+    else:  # its unflushed part is charged as used: the refusal stands, on true books
+        assert d == Decision.HALT and h["u:usd"] == slice_usd
+    strict_kid.close()
+    root.close()
+    check_tree(client, root.chain_id)
+
+
+def test_a_late_flush_of_a_slice_charged_as_used_charges_nothing_twice(
+        coord: Coordinator) -> None:
+    """A process only slow (not dead) flushes after its slice was reclaimed and charged
+    as used: its calls are recorded and their steps counted, the tree is charged the
+    slice once, and the ledger still equals its node records (the calls' records carry
+    no cost: the reclaim's record has it)."""
+    client = coord.client
+    with ExecutionContext(_cfg(1.0, LeasePolicy(usd=0.2, steps=50))) as root:
+        for _ in range(3):
+            assert root.wrap_llm_call(lambda: report_usage(cost_usd=0.01),
+                                      WrapOptions(cost_estimate_hint=0.01)) \
+                == Decision.ALLOW
+        lease = slice_of(root._state)
+        assert lease is not None and lease.slice_id is not None
+        record = ReservationRecord.from_json(
+            client.hget(KS.reservations(root.chain_id), lease.slice_id))
+        LeaseStore(coord.store).reclaim(root.chain_id, lease.slice_id, record)
+        coord.store.flush()
+        assert _hash(client, root.chain_id, root.chain_id)["u:usd"] == 200_000
+        lease.give_back()
+        h = _hash(client, root.chain_id, root.chain_id)
+        assert h["u:usd"] == 200_000 and h["h:usd"] == 0
+        assert h["u:steps"] == 3  # the reclaim gave the held steps back; the calls ran
+        # the three calls and the reclaim (whose $0.20 already covers theirs)
+        nodes = [json.loads(n) for n in client.lrange(KS.nodes(root.chain_id, root.chain_id),
+                                                     0, -1)]
+        assert sorted(n["cost_usd"] for n in nodes) == [0, 0, 0, 0.2]
+    assert check_tree(client, root.chain_id) == 200_000
+
+
+def test_a_give_back_sent_again_charges_nothing_twice(coord: Coordinator) -> None:
+    """The last flush of a slice (its give-back) landed but its reply was lost (a timed
+    out WAIT, a dropped connection): sent again, it finds the slice gone and must not
+    charge its batch a second time."""
+    client = coord.client
+    with ExecutionContext(_cfg(1.0, LeasePolicy(usd=0.2, steps=50))) as root:
+        assert root.wrap_llm_call(lambda: report_usage(cost_usd=0.01),
+                                  WrapOptions(cost_estimate_hint=0.01)) == Decision.ALLOW
+        lease = slice_of(root._state)
+        assert lease is not None and lease.slice_id is not None
+        leases = LeaseStore(coord.store)
+        node = json.dumps({"node_id": "n1", "kind": "llm", "operation_name": "x",
+                           "start_ts": 0, "end_ts": 0, "status": "ok", "cost_usd": 0.005,
+                           "steps_used": 1})
+        last = leases.flush_op(root._state.path, lease.slice_id,
+                               Batch(seq=10**6, nodes=[node], events=[],
+                                     spent={"usd": 5000, "steps": 1}), give_back=True)
+        leases.flush(root._state.path, last)
+        once = _hash(client, root.chain_id, root.chain_id)
+        leases.flush(root._state.path, last)  # the same op again
+        assert _hash(client, root.chain_id, root.chain_id) == once
+        assert once["h:usd"] == 0 and once["u:usd"] == 5_000 and once["u:steps"] == 1
+        lease.slice_id = None  # given back above (the first call flushes at the close)
+    assert check_tree(client, root.chain_id) == 15_000
 
 
 def test_abort_reaches_eight_leasing_processes(coord: Coordinator, redis_url: str) -> None:
@@ -316,18 +431,38 @@ def test_token_slices_cover_token_estimates(coord: Coordinator) -> None:
     assert allowed == 50 and root.stop_reason == "token_budget_exceeded"
     h = _hash(client, root.chain_id, root.chain_id)
     assert h["u:tin"] + h["u:tout"] == 10_000
-    # a call with a provider reserves provider dimensions: a strict reserve
-    other = ExecutionContext(config)
-    assert other.wrap_llm_call(
-        lambda: report_usage(input_tokens=10, output_tokens=10, provider="openai"),
-        WrapOptions(cost_estimate_hint=0.001, input_tokens_estimate=10,
-                    max_output_tokens=10, provider="openai")) == Decision.ALLOW
-    other_lease = slice_of(other._state)
-    assert other_lease is not None and other_lease.slice_id is None
-    other.close()
     root.close()
     check_tree(client, root.chain_id)
-    check_tree(client, other.chain_id)
+
+
+def test_token_slices_cover_a_providers_tokens_under_its_share(coord: Coordinator) -> None:
+    from coordinator import TokenBudget
+
+    client = coord.client
+    share = TokenBudget(total=2_000)
+    config = ExecutionConfig(max_cost_usd=10.0, max_steps=10_000, max_retries_total=10,
+                             token_budget=TokenBudget(provider_shares={"openai": share}),
+                             lease=LeasePolicy(usd=1.0, tokens=4000))
+    root = ExecutionContext(config)
+    opts = WrapOptions(cost_estimate_hint=0.001, input_tokens_estimate=10,
+                       max_output_tokens=10, provider="openai")
+    allowed = 0
+    while root.wrap_llm_call(
+            lambda: report_usage(input_tokens=10, output_tokens=10, provider="openai"),
+            opts) == Decision.ALLOW:
+        allowed += 1
+        if allowed == 1:  # the slice holds the provider's tokens: served from it
+            lease = slice_of(root._state)
+            assert lease is not None and lease.slice_id is not None
+            assert lease.avail.get("openai.tin", 0) > 0
+            assert _hash(client, root.chain_id, root.chain_id)["h:openai.tin"] > 0
+        assert allowed <= 100
+    # the provider's share (2,000 = 100 calls of 20) was reached, not exceeded
+    assert allowed == 100 and root.stop_reason == "token_budget_exceeded"
+    h = _hash(client, root.chain_id, root.chain_id)
+    assert h["u:openai.tin"] + h["u:openai.tout"] == 2_000
+    root.close()
+    check_tree(client, root.chain_id)
 
 
 def test_a_corrupt_counter_refuses_the_slice_and_stops_the_level(coord: Coordinator) -> None:

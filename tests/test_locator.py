@@ -59,6 +59,8 @@ def dump(client: redis.Redis) -> dict[str, Any]:
             value = client.zrange(key, 0, -1, withscores=True)
         elif kind == "stream":
             value = client.xrange(key)
+        elif kind == "list":
+            value = client.lrange(key, 0, -1)
         else:
             value = None
         out[key] = (kind, value, client.ttl(key) > 0)

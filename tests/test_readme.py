@@ -1,5 +1,6 @@
 """The README's quick start runs as written (its first three Python blocks, in one process
-standing in for the two)."""
+standing in for the two), and its Celery example runs its task body with the worker it
+says to start. Every block of every page: tests/test_docs.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
+from coordinator.embedded import RedisServer
 from coordinator.errors import InvalidConfigError
+from tests.doc_pages import Block, Page, blocks_of, commands_of, page_env
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -56,3 +59,24 @@ def test_quick_start_names_the_limits_it_needs() -> None:
     assert str(err.value) == ("invalid ExecutionConfig: max_steps: required; "
                               "max_retries_total: required")
     assert err.value.phase == "preflight"  # the specification's name stays on the error
+
+
+def test_the_celery_example_runs_its_task_body(tmp_path: Path) -> None:
+    """The README says how to start the worker, and its Celery example, typed as written
+    with that worker running, runs the task body: the task's call is in the root's spend
+    when the root closes (issue 23: it used to close the root before any worker ran)."""
+    page = blocks_of("README.md")
+    assert any(c.startswith("celery -A agents worker") for b in page if b.lang == "bash"
+               for c in commands_of(b))
+    with RedisServer() as server:
+        runner = Page("README.md", tmp_path, page_env(server, tmp_path))
+        try:
+            runner.run_blocks(lambda text: next((f"not run: {piece}" for piece in
+                                                 ("<id>", "./dev", "[--day") if piece in text),
+                                                None))
+            said = runner.type_in(Block("README.md", 0, "python", (
+                "snap = run.get_snapshot()\n"
+                "print(snap.status, snap.step_count, snap.cost_usd_accumulated)\n")))
+        finally:
+            runner.close()
+    assert said.split() == ["closed", "1", "0.012"]

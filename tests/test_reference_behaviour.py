@@ -27,6 +27,7 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
+from coordinator.core.charging_rules import DEFAULT_FLOOR_USD
 from coordinator.errors import FrozenModelError, InvalidCostError
 from coordinator.shield.pipeline import MAX_EVENTS
 from coordinator.shield.windows import BudgetWindowHook
@@ -251,7 +252,8 @@ def test_propagated_cost_that_reaches_a_ceiling_stops_that_level(coord: Coordina
         assert ran == []
         snap = orch.get_snapshot()
         assert snap.aborted and snap.abort_reason == "budget_exceeded"
-        assert snap.cost_usd_accumulated == pytest.approx(1.0)
+        # the sibling's call reported nothing and had no estimate: charged the floor
+        assert snap.cost_usd_accumulated == pytest.approx(1.0 + DEFAULT_FLOOR_USD)
         assert len(_of(orch, "budget_exceeded")) == 1
         assert child.get_snapshot().cost_usd_accumulated == pytest.approx(0.7)
         child.close()

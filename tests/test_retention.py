@@ -13,6 +13,7 @@ import redis
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, report_usage
 from coordinator.core.keys import KeySpace
+from coordinator.core.paths import Path
 from coordinator.store.gc import gc
 from tests import procs
 
@@ -94,6 +95,9 @@ def test_gc_lists_then_expires_trees_left_open(short: Coordinator, redis_url: st
     assert [t.root for t in done.idle] == [dead] and done.expired == 1
     assert short.views.active_roots() == [live.chain_id]
     assert short.client.hget(KS.ctx(dead, dead), "status") == "closed"
+    # the day's spend counts a tree gc closed, once (a later close adds nothing)
+    assert short.views.spend_totals() == {"all": 20_000, "unlabelled": 20_000}
+    assert short.store.close(Path(dead, (dead,)), short.retention_s) == 0
     time.sleep(2.1)
     assert list(short.client.scan_iter(f"bc:{{{dead}}}:*")) == []
     live.close()

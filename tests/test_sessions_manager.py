@@ -149,7 +149,7 @@ def test_rotation_expiry_and_cleanup(coord: Coordinator, tmp_path: Path) -> None
         m.close()
 
 
-def test_lost_sandbox_is_recreated_and_other_hosts_are_told(coord: Coordinator,
+def test_lost_sandbox_is_said_then_replaced_and_other_hosts_are_told(coord: Coordinator,
                                                             manager: SessionManager,
                                                             tmp_path: Path) -> None:
     path = ident()
@@ -166,6 +166,10 @@ def test_lost_sandbox_is_recreated_and_other_hosts_are_told(coord: Coordinator,
     time.sleep(0.2)
     manager._sandboxes.clear()  # as in another process of this host: connect by record
     manager.provider._open.clear()  # type: ignore[attr-defined]
+    with pytest.raises(SandboxLostError, match="next call starts a new one"):
+        manager.execute_code(path, "print('v' in dir())")  # said, not a silent new kernel
+    marked = manager.store.load(path)
+    assert marked is not None and marked.status == "error"
     again = manager.execute_code(path, "print('v' in dir())")
     assert again.success and again.sandbox_id != first.sandbox_id
     lost = [h for h in manager.store.history(path) if h.sandbox_id == first.sandbox_id]

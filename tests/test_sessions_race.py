@@ -44,9 +44,9 @@ def _racer(url: str, root: str, path_id: str, cap: int, go: Any, out: Any, done:
 
 
 def _race(url: str, root: Path, path_ids: list[str], cap: int
-          ) -> tuple[list[tuple[str, str]], int]:
-    """Each racer's answer, and how many sandbox folders existed once all had answered
-    (before the racers close: closing removes a kernel's folder)."""
+          ) -> tuple[list[tuple[str, str]], int, int]:
+    """Each racer's answer, and how many sandbox folders and active sessions existed once
+    all had answered (before the racers close: closing ends their sessions)."""
     go, done, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
     procs = [SPAWN.Process(target=_racer, args=(url, str(root), p, cap, go, out, done))
              for p in path_ids]
@@ -55,23 +55,27 @@ def _race(url: str, root: Path, path_ids: list[str], cap: int
     go.set()
     results = [out.get(timeout=120) for _ in procs]
     made = len([d for d in root.iterdir() if d.is_dir()]) if root.exists() else 0
+    reader = Coordinator.from_url(url, token_keys=TEST_KEYS)
+    active = len(SessionStore.for_coordinator(reader).list_active_for_tenant("acme"))
+    reader.client.close()
     done.set()
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
-    return results, made
+    return results, made, active
 
 
 def test_twenty_processes_race_for_a_cap_of_three(coord: Coordinator, redis_url: str,
                                                   tmp_path: Path) -> None:
-    results, made = _race(redis_url, tmp_path / "k", [f"path-{i}" for i in range(20)],
-                          cap=3)
+    results, made, active = _race(redis_url, tmp_path / "k",
+                                  [f"path-{i}" for i in range(20)], cap=3)
     kinds = [kind for kind, _ in results]
     assert kinds.count("ok") == 3 and kinds.count("cap") == 17
     assert all("Too many active analysis sessions" in msg
                for kind, msg in results if kind == "cap")
+    assert active == 3
     store = SessionStore(coord.client, prefix=coord.keyspace.prefix)
-    assert len(store.list_active_for_tenant("acme")) == 3
+    assert store.list_active_for_tenant("acme") == []  # each racer's close ended its own
     # Exactly three sandboxes were ever made: refused racers created nothing.
     assert made == 3
     assert coord.client.zcard("bc:{sess:acme}:claims") == 0  # no claim left behind

@@ -372,7 +372,7 @@ def test_consumer_breaking_out_closes_the_stream_and_the_usage_is_settled(
     assert (snap.tokens.input, snap.tokens.output) == (80, 6)
 
 
-def test_a_chunk_with_impossible_usage_closes_the_stream_and_spends_no_retry(
+def test_a_chunk_with_impossible_usage_closes_the_stream_and_is_charged_its_estimate(
         coord: object) -> None:
     chunks = openai_chunks(WORDS[:5])
     chunks[-1]["usage"]["completion_tokens"] = -5
@@ -386,8 +386,9 @@ def test_a_chunk_with_impossible_usage_closes_the_stream_and_spends_no_retry(
             run(ctx, call, input_tokens_estimate=100, max_output_tokens=200)
         snap = ctx.get_snapshot()
     assert source.closed
-    assert snap.retries_used == 0 and snap.tokens.reserved == 0
-    assert snap.tokens.output == 5  # what the stream showed before the bad count
+    # the run raised (a retry) and is charged its estimate, not what the stream showed
+    assert snap.retries_used == 1 and snap.tokens.reserved == 0
+    assert (snap.tokens.input, snap.tokens.output) == (100, 200)
 
 
 def test_context_manager_closes_on_exit() -> None:

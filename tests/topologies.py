@@ -62,12 +62,18 @@ def _info(client: redis.Redis) -> dict[str, str]:
 
 class Cluster:
     """Three primaries sharing the 16384 slots (created with CLUSTER ADDSLOTS and CLUSTER
-    MEET from Python: no redis-cli needed, so Redis 6.2 runs it too)."""
+    MEET from Python: no redis-cli needed, so Redis 6.2 runs it too). With ``replicas``,
+    each primary gets that many replicas, and the nodes run with
+    ``cluster-require-full-coverage no`` (the setting deploy/ recommends), so a dead
+    primary stops only its own slots."""
 
-    def __init__(self, primaries: int = 3) -> None:
+    def __init__(self, primaries: int = 3, replicas: int = 0) -> None:
+        coverage = ("--cluster-require-full-coverage", "no") if replicas else ()
         self.nodes = [RedisServer(cluster_port(), extra_args=(
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", "2000")) for _ in range(primaries)]
+            "--cluster-node-timeout", "2000", *coverage))
+            for _ in range(primaries * (1 + replicas))]
+        self.primaries = primaries
 
     @property
     def url(self) -> str:
@@ -79,26 +85,42 @@ class Cluster:
     def start(self) -> Cluster:
         for node in self.nodes:
             node.start()
-        clients = [redis.Redis(port=n.port) for n in self.nodes]
-        per = CLUSTER_SLOTS // len(self.nodes)
-        for i, c in enumerate(clients):
-            end = CLUSTER_SLOTS if i == len(clients) - 1 else (i + 1) * per
+        clients = [redis.Redis(port=n.port, decode_responses=True) for n in self.nodes]
+        per = CLUSTER_SLOTS // self.primaries
+        for i, c in enumerate(clients[: self.primaries]):
+            end = CLUSTER_SLOTS if i == self.primaries - 1 else (i + 1) * per
             c.execute_command("CLUSTER ADDSLOTS", *range(i * per, end))
         for c in clients[1:]:
             c.execute_command("CLUSTER MEET", "127.0.0.1", self.nodes[0].port)
-        wait_for(lambda: all(_info(c)["cluster_state"] == "ok"
-                             and int(_info(c)["cluster_known_nodes"]) == len(clients)
-                             for c in clients), 20, "the cluster to form")
+        wait_for(lambda: all(int(_info(c)["cluster_known_nodes"]) == len(clients)
+                             for c in clients), 20, "the nodes to meet")
+        for i, c in enumerate(clients[self.primaries:]):
+            primary = clients[i % self.primaries]
+            c.execute_command("CLUSTER REPLICATE", primary.execute_command("CLUSTER MYID"))
+        wait_for(lambda: all(_info(c)["cluster_state"] == "ok" for c in clients)
+                 and all(c.info("replication").get("master_link_status") == "up"
+                         for c in clients[self.primaries:]), 30, "the cluster to form")
         for c in clients:
             c.close()
         return self
 
     def flush(self) -> None:
-        for n in self.nodes:
+        for n in self.nodes[: self.primaries]:
             c = redis.Redis(port=n.port)
             c.flushall()
             c.script_flush()
             c.close()
+
+    def primary_index(self, key: str) -> int:
+        """Which of the first ``primaries`` nodes serves ``key`` (as the cluster began)."""
+        from redis.crc import key_slot
+
+        return min(key_slot(key.encode()) // (CLUSTER_SLOTS // self.primaries),
+                   self.primaries - 1)
+
+    def replica_of(self, i: int) -> RedisServer:
+        """The (first) replica of primary ``i``."""
+        return self.nodes[self.primaries + i]
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -271,6 +293,24 @@ class SentinelSet:
         sentinel = redis.Redis(port=self.sentinels[0].port, decode_responses=True)
         _, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
         return int(port)
+
+    def agreed_primary(self) -> int | None:
+        """The primary's port when every sentinel names the same one, none flags it down
+        or failing over, and it says it is a primary; else None (a failover under way,
+        or a second one starting: with these short timeouts the sentinels sometimes run
+        two in a row)."""
+        ports = set()
+        for s in self.sentinels:
+            state = redis.Redis(port=s.port, decode_responses=True).sentinel_master(
+                self.service)
+            if state["flags"] != "master":
+                return None
+            ports.add(int(state["port"]))
+        if len(ports) != 1:
+            return None
+        port = ports.pop()
+        role = redis.Redis(port=port, socket_timeout=0.5).info("replication")["role"]
+        return port if role == "master" else None
 
     def flush(self) -> None:
         c = redis.Redis(port=self.primary_port())

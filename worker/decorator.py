@@ -19,6 +19,7 @@ from celery import signals
 from celery._state import get_current_task
 
 from coordinator import CancelledByContext, Coordinator, ExecutionContext, IsolationLevel
+from coordinator.context import tracing
 from coordinator.errors import ContextExistsError, ContextNotFoundError
 from coordinator.models import MAX_LABEL, ChainMetadata, ExecutionConfig, TokenBudget
 from coordinator.store.errors import RedisError
@@ -26,7 +27,7 @@ from coordinator.store.errors import RedisError
 from . import running
 from .errors import TaskStoppedError
 from .interrupt import Armed
-from .propagation import incoming_token, sent_tasks
+from .propagation import incoming_token, incoming_trace, sent_tasks
 
 log = logging.getLogger("coordinator.worker")
 
@@ -108,9 +109,10 @@ def contained(
             try:
                 # The body runs in a copy of the caller's contextvars with the context
                 # entered: nothing to reset afterwards.
-                return contextvars.copy_context().run(
-                    _run_body, fn, args, kwargs, coord, ctx, name, task_id, rejoined,
-                    interrupt)
+                with tracing.extracted(incoming_trace(request)):
+                    return contextvars.copy_context().run(
+                        _run_body, fn, args, kwargs, coord, ctx, name, task_id, rejoined,
+                        interrupt)
             finally:
                 try:
                     coord.store.flush()  # the body's spend is visible before its result

@@ -13,6 +13,7 @@ from celery import Celery, signals
 from celery._state import get_current_task
 
 from coordinator import ExecutionContext, current_context
+from coordinator.context import tracing
 
 from . import freeze
 from .retries import count_retry
@@ -31,6 +32,13 @@ def incoming_token(request: Any) -> str | None:
         headers = getattr(request, "headers", None) or {}
         token = headers.get(HEADER)
     return str(token) if token else None
+
+
+def incoming_trace(request: Any) -> dict[str, Any]:
+    """The W3C trace headers a task's message carried (empty without them)."""
+    headers = getattr(request, "headers", None) or {}
+    return {name: getattr(request, name, None) or headers.get(name)
+            for name in ("traceparent", "tracestate")}
 
 
 def _before_publish(sender: Any = None, headers: dict[str, Any] | None = None,
@@ -79,6 +87,7 @@ def _token_of(ctx: ExecutionContext) -> str:
 
 def _inject(headers: dict[str, Any], token: str, deadline: datetime | None) -> None:
     headers[HEADER] = token
+    tracing.inject(headers)  # W3C traceparent beside the token (no-op without tracing)
     if deadline is None:
         return
     # Celery itself drops a message still queued past the context's deadline

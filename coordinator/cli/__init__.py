@@ -3,13 +3,15 @@ group, each a ``typer.Typer()`` registered below.
 
     budgetctl top [--sort spend|fraction|age] [--limit N] [--json] [--watch [S]]
     budgetctl tree ID [--json] [--watch [S]]
-    budgetctl abort ID [REASON]
+    budgetctl abort ID [REASON]...
+    budgetctl repair ID
     budgetctl spend [--day YYYY-MM-DD|today|yesterday] [--json]
     budgetctl gc [--idle SECONDS] [--dry-run] [--json]
     budgetctl demo
-    budgetctl sessions list [--tenant T] | cleanup [--provider local|e2b]
+    budgetctl sessions list [--tenant T] [--json] | cleanup [--provider local|e2b]
     budgetctl dashboard [--host 127.0.0.1] [--port 8700]
     budgetctl alerts
+    budgetctl quota set ID --match L=V [--usd X] [--period P] | list | show ID | delete ID
 
 ``--redis URL`` goes before or after the command (else ``BUDGET_REDIS_URL``,
 ``REDIS_URL``, ``redis://localhost:6379/0``). Exit codes: 0 done, 1 no such context (or
@@ -25,18 +27,21 @@ from typing import Annotated
 
 import typer
 
-from . import abort, dashboard, demo, gc, sessions, spend, top, tree
+from . import abort, dashboard, demo, gc, quota, repair, sessions, spend, top, tree
 from ._common import DEFAULT_WATCH_S
+from .help_format import PlainGroup
 
-app = typer.Typer(name="budgetctl", add_completion=False, no_args_is_help=True,
+app = typer.Typer(name="budgetctl", cls=PlainGroup, add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False,
                   help="Watch and stop budget trees in Redis; run the demo.")
 
 # A command group is a typer.Typer() in its own module, registered with one line: without
 # a name its commands are budgetctl's own, with name="sessions" they form a group.
-for group in (top.app, tree.app, abort.app, spend.app, gc.app, demo.app, dashboard.app):
+for group in (top.app, tree.app, abort.app, repair.app, spend.app, gc.app, demo.app,
+              dashboard.app):
     app.add_typer(group)
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(quota.app, name="quota")
 
 
 def _version(value: bool) -> None:

@@ -4,8 +4,10 @@ it reports (and their exit codes), and the --watch loop."""
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +18,8 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from ..errors import BackendUnavailableError, BudgetCoordinatorError
+from ..core.redaction import redact_url
+from ..errors import BackendConfigError, BackendUnavailableError, BudgetCoordinatorError
 from ..runtime.coordinator import Coordinator
 from ..runtime.settings import default_url
 from ..store.errors import RedisError
@@ -37,6 +40,15 @@ def console() -> Console:
     return Console(highlight=False, width=1000 if wide else None)
 
 
+def operator_name() -> str:
+    """Who runs budgetctl, ``user@host``: kept in the events of the actions taken."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
 def fail(message: str, code: int) -> NoReturn:
     """Print ``budgetctl: message`` on stderr and exit with ``code``."""
     print(f"budgetctl: {message}", file=sys.stderr)
@@ -53,16 +65,18 @@ def redis_url(ctx: typer.Context) -> str | None:
 def connect(ctx: typer.Context) -> Iterator[Coordinator]:
     """A coordinator on the Redis of ``--redis``, else ``BUDGET_REDIS_URL``, ``REDIS_URL``,
     ``redis://localhost:6379/0``. A missing context or an ambiguous id exits 1; Redis
-    unavailable exits 2."""
+    unavailable or misconfigured (``BackendConfigError``) exits 2."""
     url = redis_url(ctx) or default_url()
     coord: Coordinator | None = None
     try:
         coord = Coordinator.from_url(url)
         yield coord
     except (RedisError, BackendUnavailableError) as exc:
-        fail(f"Redis unavailable at {url}: {exc}", 2)
+        fail(redact_url(f"Redis unavailable at {url}: {exc}"), 2)
+    except BackendConfigError as exc:  # Redis answered: the URL or its server is wrong
+        fail(str(exc), 2)
     except BudgetCoordinatorError as exc:
-        fail(str(exc), 1)
+        fail(redact_url(str(exc)), 1)
     finally:
         if coord is not None:
             coord.client.close()

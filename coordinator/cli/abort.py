@@ -2,42 +2,36 @@
 
 from __future__ import annotations
 
-import getpass
-import socket
 from typing import Annotated
 
 import typer
 
 from ..core.paths import Path
 from ..errors import ContextNotFoundError
-from ._common import connect
+from ._common import connect, operator_name
+from .help_format import PlainCommand, PlainGroup
 from .reads import locate
 
-app = typer.Typer()
+app = typer.Typer(cls=PlainGroup)
 
 MAX_REASON = 1000
 """Characters of the reason kept (as ExecutionContext.abort keeps them)."""
 
 
-def _operator() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
-@app.command()
+@app.command(cls=PlainCommand)
 def abort(
     ctx: typer.Context,
     context_id: Annotated[str, typer.Argument(
         metavar="ID", help="A context id, or the start of an open tree's id.")],
-    reason: Annotated[str | None, typer.Argument(
-        help="Kept as the stop's detail; `tree` shows it under the stopped context. "
-             "Default: 'aborted with budgetctl by USER@HOST'.")] = None,
+    reason: Annotated[list[str] | None, typer.Argument(
+        metavar="REASON",
+        help="The rest of the line, quoted or not, kept as the stop's detail; `tree` shows "
+             "it under the stopped context. Default: 'aborted with budgetctl by "
+             "USER@HOST'.")] = None,
 ) -> None:
     """Stop a context and its whole subtree, durably, in every process."""
-    text = (reason or f"aborted with budgetctl by {_operator()}")[:MAX_REASON]
+    said = " ".join(reason or []).strip()
+    text = (said or f"aborted with budgetctl by {operator_name()}")[:MAX_REASON]
     with connect(ctx) as coord:
         where = locate(coord, context_id)
         reply = coord.store.abort(Path(where.root, where.ids), "aborted", text)

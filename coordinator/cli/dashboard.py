@@ -9,8 +9,9 @@ from typing import Annotated, NoReturn
 import typer
 
 from ._common import fail, redis_url
+from .help_format import PlainCommand, PlainGroup
 
-app = typer.Typer()
+app = typer.Typer(cls=PlainGroup)
 
 
 def _missing(exc: ImportError) -> NoReturn:
@@ -19,7 +20,7 @@ def _missing(exc: ImportError) -> NoReturn:
          f"'budget-coordinator[dashboard]'): {exc}", 2)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def dashboard(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(
@@ -38,7 +39,7 @@ def dashboard(
         fail(f"dashboard: {exc}", 2)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def alerts(ctx: typer.Context) -> None:
     """Keep the dashboard's indexes and send alerts (BUDGET_ALERT_*), without pages."""
     try:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import typer
 
 from ._common import redis_url
+from .help_format import PlainCommand, PlainGroup
 
-app = typer.Typer()
+app = typer.Typer(cls=PlainGroup)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def demo(ctx: typer.Context) -> None:
     """Sub-agents on two Celery workers under one ceiling, then an abort.
 

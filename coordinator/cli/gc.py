@@ -9,10 +9,11 @@ from typing import Annotated, Any
 import typer
 
 from ..store.gc import GcReport, gc
-from ._common import JsonOption, connect
+from ._common import connect
+from .help_format import PlainCommand, PlainGroup
 from .rows import age, plural, usd
 
-app = typer.Typer()
+app = typer.Typer(cls=PlainGroup)
 
 DEFAULT_IDLE_S = 86_400.0
 """How long a tree must have been idle for `gc` to take it (a day)."""
@@ -20,7 +21,7 @@ DEFAULT_IDLE_S = 86_400.0
 
 def gc_json(report: GcReport) -> dict[str, Any]:
     """The stable JSON shape of `gc` (docs/cli.md)."""
-    return {"dry_run": report.dry_run, "examined": report.examined,
+    return {"dry_run": report.dry_run, "open": report.open, "examined": report.examined,
             "expired": report.expired, "stale": report.stale,
             "idle": [{"id": t.root, "idle_s": round(t.idle_s, 3), "contexts": t.contexts,
                       "spent_usd": t.spent_usd} for t in report.idle]}
@@ -31,8 +32,9 @@ def gc_text(report: GcReport, idle_s: float) -> str:
     lines = [f"{t.root}  idle {age(int(t.idle_s * 1000))}  "
              f"{plural(t.contexts, 'context')}  spent {usd(int(t.spent_usd * 1e6))}"
              for t in report.idle]
-    found = (f"{plural(len(report.idle), 'tree')} idle for {idle_s:g}s or more "
-             f"among {plural(report.examined, 'open tree')} created before")
+    found = (f"{plural(len(report.idle), 'tree')} idle for {idle_s:g}s or more among "
+             f"{plural(report.open, 'open tree')} ({report.examined} created {idle_s:g}s "
+             f"or more ago)")
     if report.dry_run:
         lines.append(f"{found}; dry run: nothing changed (run without --dry-run to close "
                      f"and expire them)")
@@ -42,7 +44,7 @@ def gc_text(report: GcReport, idle_s: float) -> str:
     return "\n".join(lines)
 
 
-@app.command(name="gc")
+@app.command(name="gc", cls=PlainCommand)
 def gc_command(
     ctx: typer.Context,
     idle: Annotated[float, typer.Option(
@@ -51,7 +53,8 @@ def gc_command(
     ] = DEFAULT_IDLE_S,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="List the idle trees; change nothing.")] = False,
-    json_out: JsonOption = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print JSON (shape: docs/cli.md).")] = False,
 ) -> None:
     """Close and expire the trees left open by processes that died (idle for --idle
     seconds); their keys expire after the retention (BUDGET_RETENTION_S)."""

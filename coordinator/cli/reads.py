@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.paths import stored_ids
 from ..errors import BudgetCoordinatorError, ContextNotFoundError
 from ..runtime.coordinator import Coordinator
 from .rows import Node, Row, Stop, own_stop, row
@@ -66,7 +67,7 @@ def locate(coord: Coordinator, ref: str) -> Located:
     h = coord.views.read_contexts([(root, ctx_id)])[0]
     if not h:
         raise ContextNotFoundError(ctx_id)
-    return Located(root, tuple((h.get("path") or ctx_id).split(",")))
+    return Located(root, stored_ids(h, root, ctx_id))
 
 
 def _stop_above(coord: Coordinator, where: Located, now_ms: int) -> Stop | None:
@@ -116,10 +117,14 @@ class Top:
     now_ms: int
     sorted_among: int
     """How many (newest) open trees the sort looked at."""
+    burn: dict[str, float]
+    """USD per minute over the last minute, by root, as the dashboard's indexer rated
+    them (empty when no dashboard or ``budgetctl alerts`` runs)."""
 
 
 def read_top(coord: Coordinator, sort: str, limit: int) -> Top:
     """The ``limit`` open trees that come first by ``sort``, largest or newest first."""
     now = coord.views.now_ms()
     trees, total, examined = coord.views.open_trees(limit, sort=sort, scan=MAX_SORTED)
-    return Top([row(t.root, t.fields, None, now) for t in trees], total, now, examined)
+    return Top([row(t.root, t.fields, None, now) for t in trees], total, now, examined,
+               coord.views.burn_rates([t.root for t in trees]))

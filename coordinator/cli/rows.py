@@ -6,6 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.durations import human_age
+from ..core.snapshots import call_counts, refusal_text
+
 
 def usd(micro: int) -> str:
     """Micro-USD as dollars for a person: ``$0.0212``."""
@@ -18,15 +21,9 @@ def plural(n: int, word: str) -> str:
 
 
 def age(ms: int) -> str:
-    """A duration for a person: ``42s``, ``3m05s``, ``2h07m``, ``3d04h``."""
-    s = max(0, ms) // 1000
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    """A duration for a person: ``42s``, ``3m05s``, ``2h07m``, ``3d04h`` (the
+    dashboard's format too)."""
+    return human_age(ms)
 
 
 @dataclass(frozen=True)
@@ -70,6 +67,11 @@ class Row:
     created_ms: int
     stop: Stop | None
     """Its own stop or the nearest stopped ancestor's (None: nothing above stopped)."""
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Calls by outcome (snapshot ``calls``: run ones subtree included, ``refused`` its own)."""
+    refusals: dict[str, int] = field(default_factory=dict)
+    """Its refused calls by reason."""
+    last_refusal: str | None = None
 
     @property
     def fraction(self) -> float:
@@ -77,15 +79,27 @@ class Row:
         return self.used / self.limit if self.limit else 0.0
 
     @property
+    def refused(self) -> int:
+        """Its calls refused before they ran."""
+        return self.outcomes.get("refused", 0)
+
+    def refusal_text(self) -> str:
+        """``3 refused: budget_exceeded`` ('' when none was refused)."""
+        return refusal_text(self.refused, self.refusals, self.last_refusal)
+
+    @property
     def state(self) -> str:
-        """The status a person should read: a running context under a stop is halted."""
+        """The status a person should read: a running context under a stop is halted;
+        its refusals follow (``running, 3 refused: budget_exceeded``)."""
+        refused = self.refusal_text()
+        refused = f", {refused}" if refused else ""
         if self.stop is None:
-            return self.status
+            return f"{self.status}{refused}"
         if self.status == "stopped":
-            return f"stopped: {self.stop.text(self.id)}"
+            return f"stopped: {self.stop.text(self.id)}{refused}"
         if self.status == "running":
-            return f"halted: {self.stop.text(self.id)}"
-        return f"{self.status}; halted: {self.stop.text(self.id)}"
+            return f"halted: {self.stop.text(self.id)}{refused}"
+        return f"{self.status}; halted: {self.stop.text(self.id)}{refused}"
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
         return {
@@ -94,7 +108,9 @@ class Row:
             "stop": self.stop.as_json() if self.stop else None,
             "spent_usd": self.used / 1e6, "reserved_usd": self.held / 1e6,
             "limit_usd": self.limit / 1e6, "fraction": round(self.fraction, 6),
-            "calls": self.calls, "created_ms": self.created_ms,
+            "calls": self.calls, "calls_refused": self.refused,
+            "call_outcomes": dict(self.outcomes), "refusals": dict(self.refusals),
+            "last_refusal": self.last_refusal, "created_ms": self.created_ms,
             "age_s": max(0, now_ms - self.created_ms) // 1000 if self.created_ms else None,
         }
 
@@ -131,8 +147,13 @@ def row(cid: str, h: dict[str, str], above: Stop | None, now_ms: int) -> Row:
     closed_ms = _int(h, "closed_ms")
     if stop is not None and closed_ms and stop.by != cid and closed_ms <= stop.at_ms:
         stop = None  # it closed before the stop above it: nothing of it was halted
+    counts = call_counts(h)
+    outcomes = counts["calls"]
+    runs = sum(n for k, n in outcomes.items() if k != "refused")
+    # calls run, subtree included (a tree written before they were counted: its steps)
     return Row(cid, name, h.get("status", "?"), _int(h, "u:usd"), _int(h, "h:usd"),
-               _int(h, "l:usd"), _int(h, "u:steps"), _int(h, "created_ms"), stop)
+               _int(h, "l:usd"), max(runs, _int(h, "u:steps")), _int(h, "created_ms"), stop,
+               outcomes, counts["refusals"], counts["last_refusal"])
 
 
 @dataclass

@@ -11,10 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ._common import JsonOption, WatchOption, connect, print_json, show
+from .help_format import PlainCommand, PlainGroup
 from .reads import Top, read_top
-from .rows import age, plural, usd
+from .rows import Row, age, plural, usd
 
-app = typer.Typer()
+app = typer.Typer(cls=PlainGroup)
 
 
 class Sort(str, Enum):
@@ -25,10 +26,17 @@ class Sort(str, Enum):
     age = "age"
 
 
+def burn(top: Top, r: Row) -> float | None:
+    """A running tree's USD per minute over the last minute (None: not running, or not
+    rated: no dashboard indexer runs), the number the dashboard shows."""
+    return top.burn.get(r.id) if r.status == "running" else None
+
+
 def top_json(top: Top, sort: str) -> dict[str, Any]:
     """The stable JSON shape of `top` (docs/cli.md)."""
     return {"total": top.total, "shown": len(top.rows), "more": top.total - len(top.rows),
-            "sort": sort, "trees": [r.as_json(top.now_ms) for r in top.rows]}
+            "sort": sort, "trees": [{**r.as_json(top.now_ms), "usd_per_min": burn(top, r)}
+                                    for r in top.rows]}
 
 
 def top_table(top: Top, sort: str) -> RenderableType:
@@ -39,14 +47,15 @@ def top_table(top: Top, sort: str) -> RenderableType:
     width = max(len(r.id) for r in top.rows)
     table.add_column("TREE", no_wrap=True, min_width=width)
     table.add_column("NAME", overflow="fold")
-    for name in ("SPENT", "CEILING", "USED", "RESERVED", "CALLS", "AGE"):
+    for name in ("SPENT", "CEILING", "USED", "RESERVED", "CALLS", "AGE", "BURN/MIN"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("STATUS", overflow="fold")
     for r in top.rows:
         table.add_row(r.id, r.name, usd(r.used), usd(r.limit),
                       f"{100 * r.fraction:.0f}%" if r.limit else "-",
                       usd(r.held) if r.held else "-", plural(r.calls, "call"),
-                      age(top.now_ms - r.created_ms) if r.created_ms else "-", r.state)
+                      age(top.now_ms - r.created_ms) if r.created_ms else "-",
+                      _burn_text(burn(top, r)), r.state)
     more = top.total - len(top.rows)
     order = {"spend": "largest spend", "fraction": "largest share of the ceiling used",
              "age": "newest"}[sort]
@@ -58,7 +67,11 @@ def top_table(top: Top, sort: str) -> RenderableType:
     return Group(table, Text(note, style="dim"))
 
 
-@app.command()
+def _burn_text(rate: float | None) -> str:
+    return "-" if rate is None else f"${rate:.4f}"
+
+
+@app.command(cls=PlainCommand)
 def top(
     ctx: typer.Context,
     sort: Annotated[Sort, typer.Option(

@@ -13,10 +13,11 @@ from rich.tree import Tree
 
 from ..runtime.coordinator import Coordinator
 from ._common import JsonOption, WatchOption, connect, print_json, show
+from .help_format import PlainCommand, PlainGroup
 from .reads import locate, read_tree
 from .rows import Node, Row, plural, usd
 
-app = typer.Typer()
+app = typer.Typer(cls=PlainGroup)
 
 
 def line(r: Row) -> Text:
@@ -58,7 +59,7 @@ def tree_json(root: Node, now_ms: int) -> dict[str, Any]:
     return {"read_at_ms": now_ms, "tree": root.as_json(now_ms)}
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def tree(
     ctx: typer.Context,
     context_id: Annotated[str, typer.Argument(

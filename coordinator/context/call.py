@@ -1,7 +1,7 @@
 """One call's reserve -> run -> settle: reserve its estimate at every level and consult the
-pipeline and the circuit breaker (``begin``), then settle what it spent (``complete``) or
-release its hold (``fail``), and say how it ended. The sync and async loops that run the
-call between these steps are in wrap.py.
+pipeline and the circuit breaker (``begin``); the node record and the settle or release
+of its reservation (``finish``) that settling.py's ``complete`` and ``fail`` use. The sync
+and async loops that run the call between these steps are in wrap.py.
 
 The steps are generators yielding what they need from the store (steps.py drives them in
 the caller's thread or from an event loop): one implementation for both. While the backend
@@ -18,25 +18,21 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from ..core import pricing
-from ..core.amounts import actual_amounts, micro_to_usd, reserve_amounts, usd_to_micro
-from ..core.usage import Usage, UsageCollector, usage_from_response
+from ..core.amounts import micro_to_usd, reserve_amounts
+from ..core.charging_rules import Charge, strict_refusal
+from ..core.usage import Usage, UsageCollector
 from ..data.chain import capability_called
-from ..errors import (
-    BackendUnavailableError,
-    DeadlineExceededError,
-    InvalidCostError,
-    InvalidUsageError,
-    TokenBudgetExceededError,
-)
+from ..errors import BackendUnavailableError
 from ..models import Decision, WrapOptions
+from ..quotas.steps import grant_short, refill_and_reserve
 from ..shield.pipeline import ToolCallContext
 from ..shield.policy import PolicyContext
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
 from ..store.requests import Blocking, Reserve
-from ..store.tree import Held, Replayed, Stop
-from .cancellation import CancellationToken, CancelledByContext
+from ..store.tree import Held, Refused, Replayed, Stop
+from .cancellation import CancellationToken
+from .failures import error_fields
 from .lease import LeaseSlice
 from .lease_registry import slice_of
 from .lease_steps import finish_served, release_promise, take_slice
@@ -47,11 +43,6 @@ from .steps import Steps
 log = logging.getLogger("coordinator")
 
 Kind = Literal["llm", "tool"]
-# Errors raised by tool code that mean "a limit stops me" (the Limits specification).
-_LIMIT_ERRORS: dict[type[Exception], str] = {
-    DeadlineExceededError: "timeout",
-    TokenBudgetExceededError: "token_budget_exceeded",
-}
 _REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
 MAX_OFFLINE_EVENTS = 1000
 """The events kept of calls refused while Redis was away (the latest; older are dropped)."""
@@ -89,6 +80,8 @@ class Call:
     """The slice the call was served from (lease mode), else None (a strict reserve)."""
     fn: Any = None
     """The wrapped function (the causal chain digests a partial's arguments)."""
+    settled: dict[str, Any] | None = None
+    """The node record it was settled or released with (its span reads it)."""
     held: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -112,7 +105,11 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
         return halt(state, kind, opts, call_id, state.stopped, f"context stopped: {state.stopped}")
     if state.closed:
         return halt(state, kind, opts, call_id, "closed", "context is closed")
-    amounts = reserve_amounts(opts)
+    unpriced = strict_refusal(opts.model, opts.provider, state.coord.charging)
+    if unpriced is not None:
+        return halt(state, kind, opts, call_id, "unpriced_model", unpriced)
+    # an LLM call holds at least the floor it is charged if it reports nothing
+    amounts = reserve_amounts(opts, state.coord.charging.floor_micro if kind == "llm" else 0)
     lease = slice_of(state)
     # covered by the live slice: no store request (so served while Redis is away too)
     served = lease is not None and lease.serve(amounts)
@@ -120,7 +117,7 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     taking = False  # (a stalled take leaves no hold of the call's to withdraw)
     try:
         if not served:  # a slice take or a reserve: both fail fast while Redis is away
-            if not backend.allow():
+            if not backend.allow(state.backend_key):
                 raise BackendDown()
             if state.pending_open is not None:
                 yield Blocking(state.ensure_open)
@@ -129,16 +126,28 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                 served = yield from take_slice(state, lease, amounts)
                 taking = False
             if not served:
-                res = yield Reserve(state.store, state.path, call_id, amounts, keyed)
+                res = yield Reserve(state.store, state.path, call_id, amounts, keyed,
+                                    resend=state.has_time_to_resend())
+                backend.succeeded(state.backend_key)
+                if grant_short(res):  # a quota grant of the tree to top up (quotas/)
+                    res = yield from refill_and_reserve(state.coord, state.path, call_id,
+                                                        amounts, keyed, res)
+                if isinstance(res, Refused) and res.expired:
+                    # holds whose process stopped renewing them may be what left no room:
+                    # settle them, wait until they landed, and ask once more
+                    reap(state, res.expired)
+                    yield Blocking(state.store.flush)
+                    res = yield Reserve(state.store, state.path, call_id, amounts, keyed,
+                                        resend=state.has_time_to_resend())
     except UNAVAILABLE as exc:
         if is_stall(exc):
-            backend.failed(exc)
+            backend.failed(exc, state.backend_key)
         if is_stall(exc) and not keyed and not taking:
             # The reserve may have landed without its reply: withdraw it (charging
             # nothing) with the next round trip; if it lands after that, its lease ends it.
             # (A keyed id is left to its lease: a release would mark it finished.)
             state.store.finish(state.path, call_id, outcome="skip", node=None, amounts=[],
-                               write_behind=True, queue_only=True)
+                               write_behind=True)
             state.coord.schedule_flush()
         if state.coord.fail_open:
             log.warning("Redis unavailable; running %s without a budget (fail_open)", call_id)
@@ -175,22 +184,26 @@ def _admit(call: Call) -> Steps[Call | Outcome]:
         _withdraw(call, "error")
         raise
     if isinstance(refusal, Outcome):
-        _withdraw(call, "halted")
+        _withdraw(call, "halted", refusal.reason)
         if call.token is not state.cancellation_token:
             call.token.detach()
         return refusal
     return call
 
 
-def _withdraw(call: Call, status: str) -> None:
+def _withdraw(call: Call, status: str, refused_by: str | None = None) -> None:
     """Give back the hold of a call that will not run, without waiting: its slice's
-    promise, or a queued release of its reservation."""
+    promise, or a queued release of its reservation (``refused_by``: the refusal's
+    reason, counted as one)."""
     state = call.state
+    record = node(call, status)
+    if refused_by is not None:
+        record["stop_reason"] = refused_by
     if call.lease is not None:
-        release_promise(call.lease, call.held, node(call, status))
+        release_promise(call.lease, call.held, record)
         return
-    state.store.finish(state.path, call.call_id, outcome="skip", node=node(call, status),
-                       amounts=[], write_behind=True, queue_only=True)
+    state.store.finish(state.path, call.call_id, outcome="skip", node=record,
+                       amounts=[], write_behind=True)
     state.coord.schedule_flush()
 
 
@@ -267,189 +280,35 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     record = {"node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
               "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
               "stop_detail": detail or reason}
-    state.store.queue_stop_event(state.path, reason, event.model_dump_json())
-    state.store.queue_node(state.path, json.dumps(record))
+    state.store.queue_refusal(state.path, reason, event.model_dump_json(), json.dumps(record))
     state.coord.schedule_flush()
     return outcome
 
 
 # -- after: what it spent, and how it ended ----------------------------------------------
 
-def node(call: Call, status: str, *, cost_micro: int = 0, tin: int = 0, tout: int = 0,
-         retries: int = 0, usage: Usage | None = None) -> dict[str, Any]:
-    """The node record of a call (a NodeRecord's fields)."""
-    return {
+def node(call: Call, status: str, *, charge: Charge | None = None, retries: int = 0,
+         steps: int = 0, usage: Usage | None = None, error: BaseException | None = None
+         ) -> dict[str, Any]:
+    """The node record of a call (a NodeRecord's fields): what it was charged and by
+    which rule, what it counted, and the error it raised."""
+    record = {
         "node_id": call.call_id, "parent_id": call.parent_call, "kind": call.kind,
         "operation_name": call.options.operation_name, "start_ts": call.start_ts,
-        "end_ts": time.time(), "status": status, "cost_usd": micro_to_usd(cost_micro),
-        "retries_used": retries, "input_tokens": tin, "output_tokens": tout,
+        "end_ts": time.time(), "status": status,
+        "cost_usd": micro_to_usd(charge.cost) if charge else 0.0,
+        "retries_used": retries, "steps_used": steps,
+        "input_tokens": charge.tin if charge else 0,
+        "output_tokens": charge.tout if charge else 0,
         "provider": (usage.provider if usage else None) or call.options.provider,
         "model": (usage.model if usage else None) or call.options.model,
+        "charged_by": charge.rule if charge else "none",
     }
-
-
-def spent(call: Call, usage: Usage | None, *, default_to_estimate: bool
-          ) -> tuple[int, int, int, str | None]:
-    """(micro-USD, input tokens, output tokens, provider) to charge for a call.
-
-    Reported or response-carried usage wins; tokens are priced when no cost came
-    with them; what stays unknown is charged at the estimate (or 0)."""
-    est = call.held
-    cost: int | None = None
-    tin = tout = 0
-    if usage is not None:
-        if usage.cost_usd is not None:
-            cost = usd_to_micro(usage.cost_usd)
-        if usage.has_tokens:
-            tin, tout = usage.input_tokens, usage.output_tokens
-            if cost is None:
-                priced = pricing.price_usd(
-                    usage.model or call.options.model, tin, tout,
-                    cache_read_input_tokens=usage.cache_read_input_tokens,
-                    cache_creation_input_tokens=usage.cache_creation_input_tokens,
-                    provider=usage.provider or call.options.provider)
-                cost = usd_to_micro(priced) if priced is not None else None
-    if default_to_estimate:
-        if cost is None:
-            cost = est.get("usd", 0)
-        if usage is None or not usage.has_tokens:
-            tin, tout = est.get("tin", 0), est.get("tout", 0)
-    provider = (usage.provider if usage else None) or call.options.provider
-    return cost or 0, tin, tout, provider
-
-
-def complete(call: Call, result: Any) -> Steps[Outcome]:
-    """Settle a call that returned: what it reported (or its response carries) is
-    charged, and written behind when it fits in what was held."""
-    state = call.state
-    if call.kind == "tool":
-        record_capability(call, result=result)
-    try:
-        usage = call.collector.usage or usage_from_response(result)
-        cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
-    except Exception as exc:  # noqa: BLE001 - the response's usage cannot be taken
-        yield from _charge_estimate(call)
-        raise InvalidUsageError(f"call {call.call_id} ran, but its usage cannot be "
-                                f"charged ({exc}); its estimate was charged") from exc
-    decision = Decision.ALLOW
-    hook_error: BaseException | None = None
-    if state.pipeline is not None or state.circuit_breaker is not None:
-        try:
-            decision = yield Blocking(partial(_after_success, call, cost))
-        except GeneratorExit:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - the money is spent whatever a hook does
-            hook_error = exc
-    if call.reserved:
-        amounts = actual_amounts(cost, tin, tout, provider)
-        held = call.held
-        within = all(int(amounts[i + 1]) <= held.get(str(amounts[i]), 0)
-                     for i in range(0, len(amounts), 2))
-        record = node(call, "ok", cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        yield from finish(call, "ok", record, amounts, write_behind=within)
-    if hook_error is not None:
-        raise hook_error
-    return Outcome(decision, result)
-
-
-def _after_success(call: Call, cost: int) -> Decision:
-    """The pipeline's ``before_charge`` hooks and the breaker's success (they may read
-    Redis)."""
-    state = call.state
-    decision = Decision.ALLOW
-    if state.pipeline is not None and call.tool_ctx is not None:
-        # before_charge decides for LLM calls only (the reference's rule): a tool call
-        # that already ran is not turned into a HALT; hooks still learn its cost.
-        if call.kind == "llm":
-            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
-        else:
-            state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
-        state.mirror_pipeline_events(state.pipeline)
-    if state.circuit_breaker is not None:
-        state.circuit_breaker.record_success()
-    return decision
-
-
-def _charge_estimate(call: Call) -> Steps[None]:
-    """Settle a call that ran but whose usage cannot be read or priced at its estimate
-    (it was billed, for an unknown amount); it counts no step and no retry."""
-    cost, tin, tout, provider = spent(call, None, default_to_estimate=True)
-    record = node(call, "error", cost_micro=cost, tin=tin, tout=tout)
-    yield from finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
-                      write_behind=True)
-
-
-def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
-    """Settle a call that did not complete. Returns the outcome, or None to re-raise
-    (interpreter exits, outer cancellations, bad usage reports)."""
-    state = call.state
-    if call.kind == "tool":
-        record_capability(call, error=exc)
-    usage = call.collector.usage
-    if state.circuit_breaker is not None and (
-        isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS)) or not isinstance(exc, Exception)
-    ):
-        # not a provider failure: free a probe it held
-        yield Blocking(state.circuit_breaker.release)
-    if isinstance(exc, CancelledByContext):
-        reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
-        # Work was in flight when it was cancelled: charge what it reported, else its
-        # estimate (it may have been billed).
-        cost, tin, tout, provider = spent(call, usage, default_to_estimate=True)
-        record = node(call, reason, cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        yield from finish(call, "skip", record, actual_amounts(cost, tin, tout, provider),
-                          write_behind=False)
-        if not state.cancellation_token.cancelled:  # the call's own timeout
-            state.record_event(state.event("timeout", f"call exceeded "
-                                           f"{call.options.timeout_ms} ms",
-                                           node_id=call.call_id, scope="call"))
-        return Outcome(Decision.HALT, reason=reason, error=exc)
-    cost, tin, tout, provider = spent(call, usage, default_to_estimate=False)
-    amounts = actual_amounts(cost, tin, tout, provider)
-    if not isinstance(exc, Exception) or isinstance(exc, (InvalidCostError,
-                                                        InvalidUsageError)):
-        # Interpreter exits, outer cancellations and bad usage reports propagate; the
-        # call counts no retry, and what it validly reported is still charged.
-        record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        yield from finish(call, "skip", record, amounts, write_behind=True)
-        return None
-    limit_error = next((r for t, r in _LIMIT_ERRORS.items() if isinstance(exc, t)), None)
-    if limit_error is not None:
-        # A tool gave up on a limit (Limits specification): no retry is counted.
-        reason = limit_error
-        record = node(call, "timeout" if reason == "timeout" else "halted",
-                      cost_micro=cost, tin=tin, tout=tout, usage=usage)
-        yield from finish(call, "skip", record, amounts, write_behind=False)
-        state.record_event(state.event(reason, f"{type(exc).__name__}: {exc}",
-                                       node_id=call.call_id, scope="tool"))
-        return Outcome(Decision.HALT, reason=reason, detail=str(exc), error=exc)
-    decision = Decision.RETRY
-    if state.pipeline is not None or state.circuit_breaker is not None:
-        decision = yield Blocking(partial(_after_error, call, exc))
-    record = node(call, "error", cost_micro=cost, tin=tin, tout=tout, retries=1, usage=usage)
-    stops = yield from finish(call, "error", record, amounts, write_behind=False)
-    if any(s.reason == "retry_budget_exceeded" for s in stops) or (
-        state.stopped == "retry_budget_exceeded"
-    ):
-        state.record_event(state.event(
-            "provider_error",
-            f"{type(exc).__name__}: {exc} (retry budget exhausted)",
-            node_id=call.call_id))
-        return Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
-    return Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
-                   error=exc)
-
-
-def _after_error(call: Call, exc: BaseException) -> Decision:
-    """The pipeline's ``on_error`` hooks and the breaker's failure (they may read Redis)."""
-    state = call.state
-    decision = Decision.RETRY
-    if state.pipeline is not None and call.tool_ctx is not None:
-        decision = state.pipeline.on_error(call.tool_ctx, exc)
-        state.mirror_pipeline_events(state.pipeline)
-    if state.circuit_breaker is not None:
-        state.circuit_breaker.record_failure()
-    return decision
+    if charge is not None and charge.unreported:
+        record["unreported"] = True
+    if error is not None:
+        record.update(error_fields(error))
+    return record
 
 
 def record_capability(call: Call, *, result: Any = None,
@@ -465,6 +324,7 @@ def record_capability(call: Call, *, result: Any = None,
 def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,
            write_behind: bool) -> Steps[list[Stop]]:
     """Settle or release the call's reservation; apply the stops it caused here."""
+    call.settled = record
     if not call.reserved:
         return []
     state = call.state
@@ -490,11 +350,11 @@ def _finish_now(call: Call, outcome: str, record: dict[str, Any], amounts: list[
     state = call.state
     store, backend = state.store, state.coord.backend
     args: dict[str, Any] = {"outcome": outcome, "node": record, "amounts": amounts}
-    if backend.allow():
+    if backend.allow(state.backend_key):
         try:
             stops = store.finish(state.path, call.call_id, write_behind=write_behind, **args)
             return stops, write_behind
         except UNAVAILABLE as exc:
-            backend.failed(exc)
-    store.finish(state.path, call.call_id, write_behind=True, queue_only=True, **args)
+            backend.failed(exc, state.backend_key)
+    store.finish(state.path, call.call_id, write_behind=True, **args)
     return [], True

@@ -9,7 +9,7 @@ import time
 
 from ..core.amounts import micro_to_usd, usd_to_micro
 from ..errors import BackendUnavailableError, ContextNotFoundError, InvalidCostError
-from ..models import check_usd
+from ..models import MAX_USD, check_usd
 from ..store.charges import propagate
 from ..store.errors import UNAVAILABLE
 from .state import ContextState
@@ -27,7 +27,7 @@ def propagate_child_cost(state: ContextState, cost_usd: float) -> None:
     try:
         micro = usd_to_micro(check_usd(cost_usd, "cost_usd"))
     except ValueError:
-        raise InvalidCostError("cost_usd", cost_usd) from None
+        raise InvalidCostError("cost_usd", cost_usd, MAX_USD) from None
     if micro == 0:
         return
     charge_id = secrets.token_hex(16)

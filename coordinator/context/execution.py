@@ -11,22 +11,17 @@ has the whole glossary."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from ..core.amounts import ms_to_datetime
-from ..core.paths import Path
 from ..core.plans import child_plan, open_plan
 from ..data import chain as data_chain
 from ..data.lifecycle import check_step_name, init_child
 from ..data.model import IsolationLevel
-from ..errors import InvalidConfigError
 from ..models import (
     ActiveLimits,
     ChainMetadata,
@@ -37,34 +32,27 @@ from ..models import (
     SafetyEvent,
     TokenBudget,
     WrapOptions,
-    validate_deadline,
 )
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline, ToolCallContext
-from ..store.errors import UNAVAILABLE
-from ..store.health import BackendDown
-from .call import Outcome, active_call
+from .async_members import MAX_REASON, ContextAsyncMembers
+from .call import active_call
 from .cancellation import CancellationToken
 from .charging import propagate_child_cost
+from .closing import close_context, detach_context
 from .data_members import ContextDataMembers
-from .lease_registry import end_lease, flush_lease
-from .ledger import TokenLedger
+from .identity_members import ContextIdentityMembers
+from .lease_registry import flush_lease
 from .opening import (
     attach_state,
     check_type,
-    mint_token,
     open_pending,
     open_state,
     token_state,
 )
-from .reading import active_limits, limit_error, load_snapshot, snapshot
+from .reading import load_snapshot, snapshot
 from .state import ContextState
-from .wrap import run_async, run_sync
-
-log = logging.getLogger("coordinator")
-
-MAX_REASON = 1000
-"""The longest abort reason kept (the rest is cut)."""
+from .wrap import run_sync
 
 active_context: ContextVar[ExecutionContext | None] = ContextVar("budget_ctx", default=None)
 """The context of the ``with`` block (or request) running here, if any."""
@@ -95,13 +83,17 @@ def current_cancellation_token() -> CancellationToken | None:
     return ctx.cancellation_token if ctx is not None else None
 
 
-class ExecutionContext(ContextDataMembers):
+class ExecutionContext(ContextIdentityMembers, ContextAsyncMembers, ContextDataMembers):
     """Containment for one chain (agent run) that bounds its whole subtree.
 
     ``with ExecutionContext(config) as ctx`` opens the context in Redis and closes it on
     exit; ``ExecutionContext.attach(token)`` joins an existing one from any process.
     Its context data (``data``, ``checkpoint``, ``parallel``...) comes from
-    :class:`~coordinator.context.data_members.ContextDataMembers`.
+    :class:`~coordinator.context.data_members.ContextDataMembers`, its ids and settings
+    from :class:`~coordinator.context.identity_members.ContextIdentityMembers`, its async
+    twins from :class:`~coordinator.context.async_members.ContextAsyncMembers`, and
+    ``evaluate``, ``limits`` and ``ledger`` from
+    :class:`~coordinator.context.limits_members.ContextLimitsMembers`.
     """
 
     # -- construction --------------------------------------------------------------------
@@ -199,81 +191,6 @@ class ExecutionContext(ContextDataMembers):
                    is_parallel=bool(is_parallel), metadata=state.metadata, close=child.close)
         return child
 
-    # -- identity and settings -----------------------------------------------------------
-
-    @property
-    def chain_id(self) -> str:
-        return self._state.ctx_id
-
-    @property
-    def root_id(self) -> str:
-        return self._state.path.root
-
-    @property
-    def path(self) -> tuple[str, ...]:
-        """Context ids from the root down to this one."""
-        return self._state.path.ids
-
-    @property
-    def _path(self) -> Path:
-        return self._state.path
-
-    @property
-    def config(self) -> ExecutionConfig:
-        """The effective limits (as the open reported them)."""
-        return self._state.config
-
-    @property
-    def metadata(self) -> ChainMetadata:
-        return self._state.metadata
-
-    @property
-    def pipeline(self) -> ShieldPipeline | None:
-        return self._state.pipeline
-
-    @pipeline.setter
-    def pipeline(self, pipeline: ShieldPipeline | None) -> None:
-        self._state.pipeline = pipeline
-
-    @property
-    def circuit_breaker(self) -> Any | None:
-        return self._state.circuit_breaker
-
-    @circuit_breaker.setter
-    def circuit_breaker(self, breaker: Any | None) -> None:
-        self._state.circuit_breaker = breaker
-
-    @property
-    def cancellation_token(self) -> CancellationToken:
-        """Set when this context (or one above it) is aborted or times out."""
-        return self._state.cancellation_token
-
-    @property
-    def token(self) -> str:
-        """A signed string naming this context, for another process to :meth:`attach`.
-        It expires at the context's deadline, or after a day."""
-        return mint_token(self._state)
-
-    def enable_call_keys(self) -> None:
-        """Give this handle's calls replayable ids, ``<chain_id>:<n>`` with n counting from
-        0. Work replayed in a new handle of the same context (a task redelivered after its
-        worker died) is then recognised call by call: a call that already finished is not
-        run or charged again (``wrap_*`` returns ALLOW, RETRY or HALT as it ended, and
-        ``evaluate`` returns None), and a call that was in flight is settled once.
-        The replayed work must make its calls in the same order."""
-        self._state.call_seq = itertools.count()
-
-    @property
-    def stop_reason(self) -> str | None:
-        """Why this context (or one above it) is stopped, as far as this process knows
-        (set at open, by a halted call, or by a broadcast stop); None while running."""
-        return self._state.stopped
-
-    @property
-    def deadline(self) -> datetime | None:
-        """The effective deadline (the earliest of this context's and its ancestors')."""
-        return ms_to_datetime(self._state.deadline_ms)
-
     # -- with / async with ---------------------------------------------------------------
 
     def __enter__(self) -> ExecutionContext:
@@ -308,76 +225,18 @@ class ExecutionContext(ContextDataMembers):
             self._ctx_token = None
         await self.aclose()
 
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close`: flushes and closes off the event loop."""
-        await asyncio.to_thread(self.close)
-
-    async def aabort(self, reason: str) -> None:
-        """Async twin of :meth:`abort`: work here is cancelled at once; the durable abort
-        is written off the event loop."""
-        check_type("reason", reason, str)
-        self._state.handle_stop("aborted")
-        await asyncio.to_thread(self._state.send_abort, reason[:MAX_REASON])
-
-    async def aspawn_child(self, *args: Any, **kwargs: Any) -> ExecutionContext:
-        """Async twin of :meth:`spawn_child` (same arguments): opens off the event loop."""
-        return await asyncio.to_thread(self.spawn_child, *args, **kwargs)
-
-    @classmethod
-    async def aattach(cls, token: str, coordinator: Coordinator | None = None
-                      ) -> ExecutionContext:
-        """Async twin of :meth:`attach`: reads the context off the event loop."""
-        return await asyncio.to_thread(cls.attach, token, coordinator)
-
-    async def aget_snapshot(self) -> ContextSnapshot:
-        """Async twin of :meth:`get_snapshot`: reads off the event loop."""
-        return await asyncio.to_thread(self.get_snapshot)
-
     def close(self) -> None:
         """Flush this process's queued writes and, if this handle opened the context,
         close it in Redis (later calls in it and below it halt; keys expire after the
         coordinator's retention). Idempotent."""
-        state = self._state
-        if state.closed:
-            return
-        data_chain.step_closed(state, state.coord, state.path, state.metadata)
-        state.closed = True
-        coord = state.coord
-        try:
-            end_lease(state)  # queued, not sent, while Redis is away
-            if not coord.backend.allow():
-                raise BackendDown()
-            state.store.flush()
-            if state.owner and state.pending_open is None:
-                m = state.metadata
-                spent = state.store.close(state.path, coord.retention_s)
-                coord.views.add_closed_tree(
-                    spent, {"org": m.org_id, "team": m.team, "service": m.service},
-                    coord.retention_s, root=state.path.root)
-        except UNAVAILABLE as exc:
-            log.warning("closing %s: Redis unavailable (%s); queued writes stay queued and "
-                        "open leases will charge their estimates", self.chain_id, exc)
-        coord.unregister(state)
+        close_context(self._state)
 
     def detach(self) -> None:
         """Let go of this handle without closing the context: flush this process's writes
         and start the retention clock on the context's keys, but leave it open for work
         still running under it elsewhere (sub-tasks sent by a task that has returned).
         Its tree's root closing still ends it. Idempotent; ``close`` after it is a no-op."""
-        state = self._state
-        if state.closed:
-            return
-        state.closed = True
-        try:
-            end_lease(state)
-            if state.pending_open is None:
-                state.store.expire_context(state.path, state.coord.retention_s)
-            else:
-                state.store.flush()
-        except UNAVAILABLE as exc:
-            log.warning("detaching %s: Redis unavailable (%s); queued writes stay queued",
-                        self.chain_id, exc)
-        state.coord.unregister(state)
+        detach_context(self._state)
 
     # -- stops and events ----------------------------------------------------------------
 
@@ -418,17 +277,6 @@ class ExecutionContext(ContextDataMembers):
         """Like :meth:`wrap_llm_call` for a tool (``before_tool_call`` hooks)."""
         return run_sync(self._state, self, "tool", fn, options).decision
 
-    async def awrap_llm_call(self, fn: Callable[[], Awaitable[Any]],
-                             options: WrapOptions | None = None) -> Decision:
-        """Async twin of :meth:`wrap_llm_call`: ``fn`` is a coroutine function, cancelled
-        when the context is aborted or times out anywhere."""
-        return (await run_async(self._state, self, "llm", fn, options)).decision
-
-    async def awrap_tool_call(self, fn: Callable[[], Awaitable[Any]],
-                              options: WrapOptions | None = None) -> Decision:
-        """Async twin of :meth:`wrap_tool_call`."""
-        return (await run_async(self._state, self, "tool", fn, options)).decision
-
     # -- egress --------------------------------------------------------------------------
 
     def check_egress(self, url: str) -> Decision:
@@ -450,71 +298,6 @@ class ExecutionContext(ContextDataMembers):
         decision = pipeline.before_egress(tool_ctx, url)
         self._state.mirror_pipeline_events(pipeline)
         return decision
-
-    # -- the Limits specification: evaluate, limits, ledger ---------------------------
-
-    def evaluate(self, fn: Callable[[], Any], options: WrapOptions | None = None, *,
-                 deadline: datetime | None = None,
-                 token_budget: TokenBudget | None = None) -> Any:
-        """The exception-style twin of :meth:`wrap_llm_call`: returns ``fn``'s result, or
-        raises :class:`~coordinator.errors.PromptEvaluationError` with ``phase`` set to
-        ``preflight`` (invalid limits), ``deadline``, ``token_budget``, or ``halted`` (with
-        the stop reason) for every other stop. A failure of ``fn`` itself is re-raised.
-        ``deadline`` and ``token_budget`` tighten this context's limits for this call and
-        everything it spawns (the call runs in a child context that carries them)."""
-        target = self._tightened(deadline, token_budget)
-        try:
-            outcome = run_sync(target._state, target, "llm", fn, options)
-        finally:
-            if target is not self:
-                target.close()
-        return target._result_or_raise(outcome)
-
-    async def aevaluate(self, fn: Callable[[], Awaitable[Any]],
-                        options: WrapOptions | None = None, *,
-                        deadline: datetime | None = None,
-                        token_budget: TokenBudget | None = None) -> Any:
-        """Async twin of :meth:`evaluate`."""
-        target = self
-        if deadline is not None or token_budget is not None:
-            target = await asyncio.to_thread(self._tightened, deadline, token_budget)
-        try:
-            outcome = await run_async(target._state, target, "llm", fn, options)
-        finally:
-            if target is not self:
-                await target.aclose()
-        if outcome.decision == Decision.ALLOW:
-            return outcome.result
-        return await asyncio.to_thread(target._result_or_raise, outcome)
-
-    def _tightened(self, deadline: datetime | None, token_budget: TokenBudget | None
-                   ) -> ExecutionContext:
-        if deadline is None and token_budget is None:
-            return self
-        try:
-            validate_deadline(deadline)
-        except ValueError as exc:
-            raise InvalidConfigError("evaluate", [
-                {"loc": ("deadline",), "msg": str(exc), "input": deadline}]) from None
-        return self.spawn_child(deadline=deadline, token_budget=token_budget)
-
-    def _result_or_raise(self, outcome: Outcome) -> Any:
-        if outcome.decision == Decision.ALLOW:
-            return outcome.result
-        if outcome.decision == Decision.RETRY and outcome.error is not None:
-            raise outcome.error
-        reason = outcome.reason or outcome.decision.value
-        raise limit_error(self._state, reason, outcome.detail) from outcome.error
-
-    def limits(self) -> ActiveLimits:
-        """The limits in force here: the tightest over this context and its ancestors."""
-        flush_lease(self._state)
-        return active_limits(self._state)
-
-    @property
-    def ledger(self) -> TokenLedger:
-        """This context's :class:`~coordinator.context.ledger.TokenLedger`."""
-        return TokenLedger(self._state)
 
     # -- snapshots -----------------------------------------------------------------------
 

@@ -113,6 +113,10 @@ class LeaseSlice:
         Raises UNAVAILABLE when Redis cannot be reached."""
         need = {str(amounts[i]): int(amounts[i + 1]) for i in range(0, len(amounts), 2)
                 if int(amounts[i + 1])}
+        if self.policy.tokens is not None:  # a provider's tokens too (openai.tin, ...)
+            for dim in need:
+                if dim.endswith((".tin", ".tout")):
+                    self.want.setdefault(dim, self.policy.tokens)
         if (self.stopped is not None or self.closed
                 or any(d not in self.want or a > self.want[d] for d, a in need.items())):
             return False, [], []  # a call larger than a slice takes a strict reserve
@@ -130,7 +134,8 @@ class LeaseSlice:
                 ops.append(self.leases.flush_op(self.path, old or "", batch, give_back=True))
             new_id = SLICE_PREFIX + secrets.token_hex(12)
             ops.append(self.leases.take_op(self.path, new_id, self.owner, self.owner_ms, {
-                dim: (amount, need.get(dim, 0)) for dim, amount in self.want.items()}))
+                dim: (amount, need.get(dim, 0)) for dim, amount in self.want.items()},
+                return_on_expiry=self.policy.return_on_expiry))
             try:
                 results = self.leases.take_and_flush(ops)
             except UNAVAILABLE:
@@ -221,12 +226,13 @@ class LeaseSlice:
             op = self.leases.flush_op(self.path, slice_id or "", batch, give_back=give_back)
             backend = self.coord.backend
             try:
-                if not backend.allow():  # Redis is away: queue it, wait for nothing
+                key = self.leases.ks.reservations(self.path.root)
+                if not backend.allow(key):  # Redis is away: queue it, wait for nothing
                     raise BackendDown()
                 stops = self.leases.flush(self.path, op)
             except UNAVAILABLE as exc:
                 if is_stall(exc):
-                    backend.failed(exc)
+                    backend.failed(exc, self.leases.ks.reservations(self.path.root))
                 self.leases.queue(op)
                 self.coord.schedule_flush()
                 return []

@@ -15,9 +15,11 @@ from ..core.amounts import actual_amounts, check_tokens
 from ..core.usage import check_names
 from ..errors import InvalidUsageError
 from ..models import TokenTotals
+from ..quotas.steps import grant_short, refill_and_reserve
 from ..store.tree import Refused
 from .reading import limit_error, snapshot
 from .state import ContextState
+from .steps import drive
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,10 @@ class TokenLedger:
 
     def reserve(self, *, input_tokens: int = 0, output_tokens: int = 0,
                 provider: str | None = None) -> LedgerReservation:
-        """Hold tokens at every level, or raise ``PromptEvaluationError`` (phase
-        ``token_budget``, ``deadline`` or ``halted``) when any allowance would be exceeded."""
+        """Hold tokens at every level (and in the tree's quota grants, topped up as a
+        call's are), or raise ``PromptEvaluationError`` (phase ``token_budget``,
+        ``deadline`` or ``halted``; reason ``quota_exceeded`` for a quota) when any
+        allowance would be exceeded."""
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             check_tokens(name, value)
         check_names(provider, None)
@@ -54,6 +58,9 @@ class TokenLedger:
         amounts = actual_amounts(0, input_tokens, output_tokens, provider)[2:]
         state = self._state
         res = state.store.reserve(state.path, reservation_id, amounts)
+        if isinstance(res, Refused) and grant_short(res):  # a quota grant to top up
+            res = drive(refill_and_reserve(state.coord, state.path, reservation_id, amounts,
+                                           False, res))
         if isinstance(res, Refused):
             raise limit_error(state, res.reason, res.detail)
         direction: Literal["input", "output", "both"] = (

@@ -1,22 +1,30 @@
 """Making a handle's state: opening a new context (root or child), attaching to one a
-token names, and minting the token that names a context."""
+token names, and minting the token that names a context (opened first, from any
+thread)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import threading
 import uuid
 from typing import Any
 
-from ..core.paths import Path
+from ..core.paths import Path, stored_ids
 from ..core.plans import PLACEHOLDER_CONFIG, OpenPlan, placeholder_metadata
-from ..core.snapshots import config_from_hash
-from ..errors import BackendUnavailableError, ContextNotFoundError, TokenMalformedError
+from ..core.snapshots import config_from_hash, metadata_from_hash, stored_metadata_json
+from ..core.token_codec import MAX_TOKEN_BYTES, token_size
+from ..errors import (
+    BackendUnavailableError,
+    ContextDepthError,
+    ContextNotFoundError,
+    TokenMalformedError,
+)
 from ..models import ChainMetadata
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline
 from ..store.errors import UNAVAILABLE
+from ..store.health import BackendDown
 from .state import ContextState, PendingOpen
 
 log = logging.getLogger("coordinator")
@@ -50,15 +58,25 @@ def open_state(coord: Coordinator, plan: OpenPlan, pipeline: ShieldPipeline | No
         )
     path = (parent.path.child(metadata.chain_id) if parent is not None
             else Path(metadata.chain_id, (metadata.chain_id,)))
+    check_depth(coord, path)
     state = ContextState(coord, path, plan.config, metadata, pipeline, circuit_breaker,
-                         owner=True, pending_open=PendingOpen(plan, metadata.model_dump_json(),
-                                                              fresh=True))
+                         owner=True, pending_open=PendingOpen(
+                             plan, stored_metadata_json(metadata), fresh=True))
     if parent is None and _on_event_loop():
         return state  # opened by ``async with`` (or the first call) off the event loop
     if parent is not None and parent.pending_open is not None:
         open_pending(parent)  # a root made on an event loop and not yet opened
     open_pending(state)
     return state
+
+
+def check_depth(coord: Coordinator, path: Path) -> None:
+    """Refuse a context whose token would pass the token cap (``ContextDepthError``):
+    with the default 32-character ids, from depth 86 on (the root is at depth 0), where
+    the ancestor path fills 4 KiB. Shorter ids (``ChainMetadata.chain_id``) go deeper."""
+    size = token_size(path.ids, coord.tenant, coord.signing_kid)
+    if size > MAX_TOKEN_BYTES:
+        raise ContextDepthError(len(path.ids) - 1, size, MAX_TOKEN_BYTES)
 
 
 def open_pending(state: ContextState) -> None:
@@ -74,6 +92,41 @@ def open_pending(state: ContextState) -> None:
         log.warning("could not open context %s: %s", state.ctx_id, exc)
 
 
+def open_to_name(state: ContextState) -> None:
+    """Open a context not opened yet before a token names it (the token is read, or the
+    context goes to a Celery task or an HTTP request), so that whoever attaches the token
+    finds it. With an event loop running on this thread, the open runs on a thread of its
+    own, waited for at most the long timeout. Raises BackendUnavailableError when Redis
+    cannot take it (no token then names a context that is not there)."""
+    if state.pending_open is None:
+        return
+    if not state.coord.backend.allow():
+        raise BackendUnavailableError("open", BackendDown())
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            state.ensure_open()
+        except BaseException as exc:  # raised again in the caller's thread
+            failed.append(exc)
+
+    if _on_event_loop():
+        opener = threading.Thread(target=run, name="budget-open", daemon=True)
+        opener.start()
+        wait_ms = state.coord.long_timeout_ms
+        opener.join(wait_ms / 1000)
+        if opener.is_alive():
+            raise BackendUnavailableError("open", TimeoutError(f"no answer in {wait_ms} ms"))
+    else:
+        run()
+    if failed:
+        exc = failed[0]
+        if isinstance(exc, UNAVAILABLE):
+            state.coord.backend.failed(exc)
+            raise BackendUnavailableError("open", exc) from exc
+        raise exc
+
+
 def _on_event_loop() -> bool:
     try:
         asyncio.get_running_loop()
@@ -87,7 +140,8 @@ def attach_state(coord: Coordinator, token: str) -> ContextState:
     claims = coord.token_codec().decode(token, now=coord.redis_now_ms() / 1000,
                                         tenant=coord.tenant)
     try:
-        return state_from_redis(coord, Path(claims.root, claims.path))
+        return coord.backend.guard(lambda: state_from_redis(coord, Path(claims.root,
+                                                                          claims.path)))
     except UNAVAILABLE as exc:
         raise BackendUnavailableError("attach", exc) from exc
 
@@ -105,12 +159,12 @@ def state_from_redis(coord: Coordinator, path: Path) -> ContextState:
     h = coord.store.read_hash(path.root, path.ctx_id)
     if not h:
         raise ContextNotFoundError(path.ctx_id)
-    if h.get("path") != ",".join(path.ids):
+    if stored_ids(h, path.root, path.ctx_id) != path.ids:
         # Defence in depth: a validly signed token whose ancestor path is not the one
         # recorded at open (a leaked key, a buggy issuer) could dodge a level's limits.
         raise TokenMalformedError("the token's ancestor path is not the context's")
     state = ContextState(coord, path, config_from_hash(h),
-                         ChainMetadata(**json.loads(h["meta"])), None, None, owner=False)
+                         metadata_from_hash(h), None, None, owner=False)
     state.activate(int(h.get("deadline") or 0))
     if h.get("status") == "stopped":
         state.handle_stop(h.get("reason") or "stopped")
@@ -118,8 +172,10 @@ def state_from_redis(coord: Coordinator, path: Path) -> ContextState:
 
 
 def mint_token(state: ContextState) -> str:
-    """A signed token naming the context, for another process to attach. It expires at
-    the context's deadline, or after TOKEN_TTL_S."""
+    """A signed token naming the context, for another process to attach, opened first if
+    it was not yet (open_to_name). It expires at the context's deadline, or after
+    TOKEN_TTL_S."""
+    open_to_name(state)
     coord = state.coord
     now_s = coord.redis_now_ms() / 1000
     ttl = TOKEN_TTL_S

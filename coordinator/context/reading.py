@@ -5,13 +5,14 @@ raises in the exception style."""
 from __future__ import annotations
 
 from ..core.amounts import ms_to_datetime, remaining_tokens, remaining_usd
-from ..core.paths import Path
+from ..core.paths import Path, stored_ids
 from ..core.snapshots import build_snapshot
 from ..errors import BackendUnavailableError, ContextNotFoundError, PromptEvaluationError
 from ..models import ActiveLimits, ContextSnapshot
 from ..runtime.coordinator import Coordinator
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown
+from ..store.tree import State
 from .state import ContextState
 
 PHASES = {"timeout": "deadline", "token_budget_exceeded": "token_budget"}
@@ -21,11 +22,12 @@ PHASES = {"timeout": "deadline", "token_budget_exceeded": "token_budget"}
 def snapshot(state: ContextState) -> ContextSnapshot:
     """The context's current state, read from Redis (after this process's queued writes).
     When Redis is unreachable, the last snapshot read (with the events recorded since)."""
-    if not state.coord.backend.allow():
-        return offline_snapshot(state)
-    try:
+    def read() -> State:
         state.ensure_open()
-        hashes, nodes, events, now = state.store.read_state(state.path)
+        return state.store.read_state(state.path)
+
+    try:  # under the breaker: a stall seen here makes every call fail fast too
+        hashes, nodes, events, now = state.coord.backend.guard(read, state.backend_key)
     except UNAVAILABLE:
         return offline_snapshot(state)
     snap = build_snapshot(state.path, hashes, nodes, events, now, state.offline_events)
@@ -64,7 +66,7 @@ def limit_error(state: ContextState, reason: str, detail: str) -> PromptEvaluati
     is away, the deadline)."""
     phase = PHASES.get(reason, "halted")
     try:
-        if not state.coord.backend.allow():
+        if not state.coord.backend.allow(state.backend_key):
             raise BackendDown()
         payload = active_limits(state).model_dump(mode="json")
     except UNAVAILABLE:
@@ -76,13 +78,16 @@ def limit_error(state: ContextState, reason: str, detail: str) -> PromptEvaluati
 
 def load_snapshot(coord: Coordinator, ctx_id: str) -> ContextSnapshot:
     """The current state of any context, located through the cross-tree locator."""
-    try:
+    def read() -> tuple[Path, State]:
         root = coord.views.locate(ctx_id)
         h = coord.store.read_hash(root, ctx_id) if root is not None else {}
         if root is None or not h:
             raise ContextNotFoundError(ctx_id)
-        path = Path(root, tuple(h["path"].split(",")))
-        hashes, nodes, events, now = coord.store.read_state(path)
+        path = Path(root, stored_ids(h, root, ctx_id))
+        return path, coord.store.read_state(path)
+
+    try:
+        path, (hashes, nodes, events, now) = coord.backend.guard(read)
     except UNAVAILABLE as exc:
         raise BackendUnavailableError("load_snapshot", exc) from exc
     return build_snapshot(path, hashes, nodes, events, now, [])

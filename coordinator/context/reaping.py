@@ -1,5 +1,5 @@
 """Settle the holds found expired (their process stopped renewing them): a reservation at
-its estimate, a lease slice by giving back what it did not flush."""
+its estimate, a lease slice's unflushed part as used (or given back, on opt-in)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def reap(state: ContextState, expired: list[tuple[str, ReservationRecord]]) -> N
     """Settle reservations whose worker stopped renewing them, at their estimate."""
     now = time.time()
     for reservation_id, record in expired:
-        if is_slice(reservation_id):  # a slice: what it flushed stays, the rest returns
+        if is_slice(reservation_id):  # a slice: its unflushed part is charged as used
             LeaseStore(state.store).reclaim(state.path.root, reservation_id, record)
             continue
         lost = {"node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",

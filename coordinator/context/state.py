@@ -8,6 +8,7 @@ import dataclasses
 import itertools
 import logging
 import secrets
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from ..core.plans import OpenPlan
 from ..core.script_constants import HOOK
 from ..errors import ContextExistsError, ContextNotFoundError, TokenMalformedError
 from ..models import ChainMetadata, ContextSnapshot, Decision, ExecutionConfig, SafetyEvent
+from ..quotas.hooks import quota_attachment
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline
 from ..store.errors import UNAVAILABLE
@@ -61,11 +63,16 @@ class ContextState:
     offline_events: list[SafetyEvent] = field(default_factory=list)
     last_snapshot: ContextSnapshot | None = None
     call_seq: itertools.count[int] | None = None
+    opening: threading.Lock = field(default_factory=threading.Lock, repr=False)
     store: Store = field(init=False)
     """The coordinator's store (kept here: the hot path reads it on every call)."""
+    backend_key: str = field(init=False)
+    """A key of the tree: the backend breaker's ``allow``/``failed`` find by it the node
+    serving the tree (on a Cluster, each primary has its own breaker)."""
 
     def __post_init__(self) -> None:
         self.store = self.coord.store
+        self.backend_key = self.store.ks.reservations(self.path.root)
 
     @property
     def tree_path(self) -> Path:
@@ -76,20 +83,42 @@ class ContextState:
     def ctx_id(self) -> str:
         return self.path.ctx_id
 
+    def has_time_to_resend(self) -> bool:
+        """Whether a reserve that gets no answer may be sent once more: its node is not
+        in a streak of timeouts already, and the context's deadline, if any, leaves room
+        for another hot-path timeout and the call."""
+        coord = self.coord
+        if coord.backend.timing_out(self.backend_key):
+            return False
+        return not self.deadline_ms or (self.deadline_ms - coord.redis_now_ms()
+                                        > 2 * coord.hot_timeout_ms)
+
     # -- opening -------------------------------------------------------------------------
 
     def ensure_open(self, *, first: bool = False) -> None:
-        """Open the context in Redis if that has not happened yet (fails closed)."""
+        """Open the context in Redis if that has not happened yet (fails closed), one
+        thread at a time (a token read and a first call may race to it). Opens share the
+        backend breaker: while it is open this raises ``BackendDown`` at once, so calls
+        queued on a root opened during a stall do not each wait a timeout."""
+        if self.pending_open is None:
+            return
+        with self.opening:
+            self._open(first=first)
+
+    def _open(self, *, first: bool) -> None:
         pending = self.pending_open
         if pending is None:
             return
         plan = pending.plan
         first = first or pending.fresh
+        # a root: the quota buckets its labels match, written by the open itself
+        fields, attached = quota_attachment(self.coord, self.path, self.metadata)
         try:
-            opened = self.store.open(
+            opened = self.coord.backend.guard(lambda: self.store.open(
                 self.path, request_id=self.metadata.request_id, meta_json=pending.meta_json,
                 config_json=plan.config_json, timeout_ms=plan.config.timeout_ms,
-                deadline_ms=plan.deadline_ms, triples=plan.triples)
+                deadline_ms=plan.deadline_ms, triples=plan.triples, fields=fields),
+                self.backend_key)
         except UNAVAILABLE:
             if pending.fresh:  # it may have landed: a retry that finds it finds its own
                 self.pending_open = dataclasses.replace(pending, fresh=False)
@@ -103,10 +132,13 @@ class ContextState:
                 raise ContextExistsError(self.ctx_id)
             # A retried open whose first attempt went through before the connection broke.
             h = self.store.read_hash(self.path.root, self.ctx_id)
+            if "q" in h:  # named by the open that landed
+                attached()
             self.pending_open = None
             self.activate(int(h.get("deadline") or 0))
             return
         self.coord.observe_redis_time(opened.created_ms)
+        attached()
         self.apply_limits(opened.limits)
         self.pending_open = None
         self.activate(opened.deadline_ms)

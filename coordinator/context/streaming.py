@@ -9,126 +9,18 @@ streaming shapes, SDK objects or plain dicts.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import AsyncIterable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal
 
-from ..core.usage import Usage, UsageMeter, count, current_collector, field, tokens_from_usage
+from ..core.usage import Usage, UsageMeter, current_collector
 from ..errors import InvalidUsageError, TokenBudgetExceededError
 from .call import active_call
 from .cancellation import CancelledByContext
+from .chunk_meter import ChunkMeter, estimate_tokens
 from .execution import current_cancellation_token
 
 OnLimit = Literal["stop", "raise"]
-# Responses API delta events that carry generated text (audio deltas are base64, not text).
-_TEXT_DELTAS = ("text.delta", "refusal.delta", "arguments.delta")
-# Where each Anthropic content delta carries its text (signature deltas carry none).
-_ANTHROPIC_DELTA_TEXT = {"text_delta": "text", "input_json_delta": "partial_json",
-                         "thinking_delta": "thinking"}
-_RESPONSE_DONE = ("response.completed", "response.incomplete", "response.failed")
-
-
-def estimate_tokens(text: str) -> int:
-    """Output tokens of a chunk of text, on the high side: about four characters a token,
-    and at least one (OpenAI streams about one token per chunk)."""
-    return max(1, math.ceil(len(text) / 4))
-
-
-class _Meter:
-    """Usage of one stream from its chunks: stated by the provider where it says so,
-    estimated from the text in between."""
-
-    def __init__(self, input_tokens: int | None, count_tokens: Callable[[str], int],
-                 provider: str | None, model: str | None) -> None:
-        self.input_estimate = input_tokens
-        self.count_tokens = count_tokens
-        self.provider = provider
-        self.model = model
-        self.stated: Usage | None = None  # the provider's latest full count
-        # Anthropic reports its counters apart (message_start, then message_delta).
-        self.anthropic: dict[str, int] = {}
-        self.estimated_output = 0  # text tokens seen since the last stated output count
-
-    def observe(self, chunk: Any) -> None:
-        kind = field(chunk, "type")
-        if kind == "message_start":
-            message = field(chunk, "message")
-            self._anthropic(field(message, "usage"))
-            self._model(field(message, "model"))
-        elif kind == "message_delta":
-            self._anthropic(field(chunk, "usage"))
-        elif kind == "content_block_delta":
-            delta = field(chunk, "delta")
-            name = _ANTHROPIC_DELTA_TEXT.get(field(delta, "type"))
-            if name is not None:
-                self._text(field(delta, name))
-        elif isinstance(kind, str) and kind in _RESPONSE_DONE:
-            response = field(chunk, "response")
-            self._model(field(response, "model"))
-            self._stated(field(response, "usage"))
-        elif isinstance(kind, str) and kind.startswith("response."):
-            if kind.endswith(_TEXT_DELTAS):
-                self._text(field(chunk, "delta"))
-        else:  # Chat Completions chunk (OpenAI, LiteLLM, OpenAI-compatible servers)
-            self._model(field(chunk, "model"))
-            for choice in field(chunk, "choices") or ():
-                delta = field(choice, "delta")
-                if delta is None:
-                    continue
-                for name in ("content", "refusal", "reasoning_content"):
-                    self._text(field(delta, name))
-                for call in field(delta, "tool_calls") or ():
-                    self._text(field(field(call, "function"), "arguments"))
-            self._stated(field(chunk, "usage"))
-
-    def _model(self, model: Any) -> None:
-        if isinstance(model, str) and model and self.model is None:
-            self.model = model
-
-    def _text(self, text: Any) -> None:
-        if isinstance(text, str) and text:
-            self.estimated_output += self.count_tokens(text)
-
-    def _stated(self, usage: Any) -> None:
-        if usage is None:
-            return
-        tokens = tokens_from_usage(usage)
-        if tokens.has_tokens:
-            self.stated = tokens
-            self.estimated_output = 0
-
-    def _anthropic(self, usage: Any) -> None:
-        if usage is None:
-            return
-        # message_delta counts are cumulative: each stated value replaces the last one.
-        for name in ("input_tokens", "output_tokens", "cache_read_input_tokens",
-                     "cache_creation_input_tokens"):
-            value = count(field(usage, name))
-            if value is not None:
-                self.anthropic[name] = value
-        if "output_tokens" in self.anthropic:
-            self.estimated_output = 0
-        a = self.anthropic
-        self.stated = tokens_from_usage({
-            "input_tokens": a.get("input_tokens", 0), "output_tokens": a.get("output_tokens", 0),
-            "cache_read_input_tokens": a.get("cache_read_input_tokens", 0),
-            "cache_creation_input_tokens": a.get("cache_creation_input_tokens", 0)})
-
-    @property
-    def output_tokens(self) -> int:
-        return (self.stated.output_tokens if self.stated else 0) + self.estimated_output
-
-    def usage(self) -> Usage:
-        stated = self.stated
-        if stated is not None and stated.input_tokens:
-            inp, cread, cwrite = (stated.input_tokens, stated.cache_read_input_tokens,
-                                  stated.cache_creation_input_tokens)
-        else:
-            inp, cread, cwrite = self.input_estimate or 0, 0, 0
-        return Usage(input_tokens=inp, output_tokens=self.output_tokens, model=self.model,
-                     provider=self.provider, cache_read_input_tokens=cread,
-                     cache_creation_input_tokens=cwrite)
 
 
 class _Base:
@@ -165,7 +57,7 @@ class _Base:
         self._max_output = max_output_tokens
         self._allowance = output_allowance
         self._on_limit = on_limit
-        self._meter = _Meter(input_tokens, count_tokens or estimate_tokens, provider, model)
+        self._meter = ChunkMeter(input_tokens, count_tokens or estimate_tokens, provider, model)
         collector = current_collector()
         self._sink: UsageMeter | None = collector.meter() if collector is not None else None
         self._token = current_cancellation_token()

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.usage import reset_collector, set_collector
 from ..models import Decision, WrapOptions
-from .call import Call, Kind, Outcome, active_call, begin, complete, fail
+from . import tracing
+from .call import Call, Kind, Outcome, active_call, begin
 from .cancellation import CancelledByContext
+from .failures import CallerBug, call_async, call_sync
+from .settling import caller_bug, complete, fail
 from .state import ContextState
 from .steps import adrive, drive
 
 _NO_OPTIONS = WrapOptions()
+_O = TypeVar("_O", Outcome, "Outcome | None")
 
 
 def checked_options(fn: object, options: object) -> WrapOptions:
@@ -36,15 +40,22 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
     opts = checked_options(fn, options)
     attempts = 1 + (opts.retry_policy_override or 0)
     for attempt in range(attempts):
+        span = tracing.start_span(state, kind, opts)
         call = drive(begin(state, owner, kind, opts))
         if isinstance(call, Outcome):
-            return call
+            return _traced(span, state, call, None)
         call.fn = fn
         vars_ = _enter(call)
         try:
-            result = fn()
+            with tracing.in_span(span):
+                result = call_sync(fn)
+        except CallerBug as bug:  # raised at once, no retry spent
+            drive(caller_bug(call, bug))
+            _traced(span, state, None, call, bug.error)
+            raise bug.error from None
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
             outcome = drive(fail(call, exc))
+            _traced(span, state, outcome, call, exc)
             if outcome is None:
                 raise
             if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
@@ -52,7 +63,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
             return outcome
         finally:
             _exit(call, vars_)
-        return drive(complete(call, result))
+        return _traced(span, state, drive(complete(call, result)), call)
     raise AssertionError("unreachable")
 
 
@@ -63,22 +74,29 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
     loop = asyncio.get_running_loop()
     io = state.coord.io
     for attempt in range(attempts):
+        span = tracing.start_span(state, kind, opts)
         call = await adrive(begin(state, owner, kind, opts), io)
         if isinstance(call, Outcome):
-            return call
+            return _traced(span, state, call, None)
         call.fn = fn
         vars_ = _enter(call)
         try:
-            task = loop.create_task(_as_coroutine(fn))
+            with tracing.in_span(span):
+                task = loop.create_task(call_async(fn))
         finally:
             _exit(call, vars_, detach=False)
         unhook = call.token.on_cancel(_canceller(loop, task))
         try:
             result = await task
+        except CallerBug as bug:  # raised at once, no retry spent
+            await adrive(caller_bug(call, bug), io)
+            _traced(span, state, None, call, bug.error)
+            raise bug.error from None
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
             if isinstance(exc, asyncio.CancelledError) and call.token.cancelled:
                 exc = CancelledByContext(call.token.reason or "cancelled")
             outcome = await adrive(fail(call, exc), io)
+            _traced(span, state, outcome, call, exc)
             if outcome is None:
                 raise
             if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
@@ -88,8 +106,18 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
             unhook()
             if call.token is not state.cancellation_token:
                 call.token.detach()
-        return await adrive(complete(call, result), io)
+        return _traced(span, state, await adrive(complete(call, result), io), call)
     raise AssertionError("unreachable")
+
+
+def _traced(span: Any, state: ContextState, outcome: _O, call: Call | None,
+            error: BaseException | None = None) -> _O:
+    """End the call's span (when tracing) with how it ended; returns ``outcome``."""
+    if span is not None:
+        tracing.end_span(span, state, decision=outcome.decision.value if outcome else "ERROR",
+                         reason=outcome.reason if outcome else None,
+                         settled=call.settled if call else None, error=error)
+    return outcome
 
 
 def _enter(call: Call) -> tuple[Any, Any]:
@@ -101,10 +129,6 @@ def _exit(call: Call, vars_: tuple[Any, Any], *, detach: bool = True) -> None:
     active_call.reset(vars_[0])
     if detach and call.token is not call.state.cancellation_token:
         call.token.detach()
-
-
-async def _as_coroutine(fn: Callable[[], Awaitable[Any]]) -> Any:
-    return await fn()
 
 
 def _canceller(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]

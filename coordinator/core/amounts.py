@@ -33,14 +33,14 @@ def check_cost(value: float | int | None, field: str = "cost_usd") -> None:
     """Raise :class:`InvalidCostError` unless ``value`` is None or a USD amount from 0 to
     MAX_USD (a real number: not a bool, a string, NaN or infinite)."""
     if value is not None and not in_range(value, 0, MAX_USD):
-        raise InvalidCostError(field, value)
+        raise InvalidCostError(field, value, MAX_USD)
 
 
 def check_tokens(field: str, value: float | int | None) -> None:
     """Raise :class:`InvalidCostError` unless ``value`` is None or a whole number of tokens
     from 0 to MAX_COUNT."""
     if value is not None and not (in_range(value, 0, MAX_COUNT) and int(value) == value):
-        raise InvalidCostError(field, value)
+        raise InvalidCostError(field, value, MAX_COUNT, tokens=True)
 
 
 def usd_to_micro(usd: float, *, round_up: bool = False) -> int:
@@ -114,15 +114,14 @@ def open_triples(
     return out
 
 
-def reserve_amounts(options: WrapOptions) -> list[str | int]:
+def reserve_amounts(options: WrapOptions, floor_micro: int = 0) -> list[str | int]:
     """ARGV pairs (dimension, amount) that reserve.lua holds for one call.
 
-    The worst case is held: the cost estimate (rounded up), one step, the projected
-    input tokens and the call's ``max_output_tokens``.
+    The worst case is held: the cost estimate (rounded up; at least ``floor_micro``),
+    one step, the projected input tokens and the call's ``max_output_tokens``.
     """
-    pairs: list[str | int] = [
-        "usd", usd_to_micro(options.cost_estimate_hint, round_up=True), "steps", 1,
-    ]
+    usd = max(usd_to_micro(options.cost_estimate_hint, round_up=True), floor_micro)
+    pairs: list[str | int] = ["usd", usd, "steps", 1]
     return pairs + _token_pairs(options.input_tokens_estimate or 0,
                                 options.max_output_tokens or 0, options.provider)
 

@@ -72,6 +72,12 @@ class KeySpace:
         """How keyed calls (replayable call ids) finished."""
         return f"{self.prefix}:{{{root}}}:done"
 
+    def by_model(self, root: str) -> str:
+        """Micro-USD settled in a tree by ``<provider>|<model>`` (settle.lua, release.lua;
+        ``-`` for the part a call did not name): rolled into the day's ``model`` spend
+        view when the root closes (store/model_spend.py)."""
+        return f"{self.prefix}:{{{root}}}:bymodel"
+
     def finished(self, root: str) -> str:
         """Reservation ids that finished in the last hour (a repeated settle is a no-op)."""
         return f"{self.prefix}:{{{root}}}:fin"
@@ -94,8 +100,8 @@ class KeySpace:
 
     def spend_by(self, label: str, day: str, shard: int) -> str:
         """Cross-tree view, one of VIEW_SHARDS: micro-USD of the trees closed on ``day``
-        (UTC, YYYY-MM-DD) by ``org``, ``team`` or ``service``, for the roots whose
-        :func:`shard_of` is ``shard``."""
+        (UTC, YYYY-MM-DD) by ``org``, ``team`` or ``service`` (``total``: fields ``all``
+        and ``unlabelled``), for the roots whose :func:`shard_of` is ``shard``."""
         return f"{self.prefix}:spend:{label}:{day}:{shard}"
 
     def roots_shard(self, root: str) -> str:
@@ -129,6 +135,12 @@ class KeySpace:
     def dash_closed_provider(self, day: str) -> str:
         """Hash provider -> micro-USD of the trees closed on ``day``."""
         return f"{self.prefix}:dash:closed:provider:{day}"
+
+    def dash_series(self, root: str) -> str:
+        """Zset of a tree's spend over time: member ``<minute>:<micro-USD>`` (the tree's
+        spend when the indexer saw it in that minute) scored by the minute (Unix ms //
+        60000); capped and expiring (store/dashboard_series.py)."""
+        return f"{self.prefix}:dash:series:{root}"
 
     def dash_alerted(self, root: str, threshold: str) -> str:
         """An alert's dedup key (SET NX, expires)."""

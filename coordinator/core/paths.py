@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -22,3 +23,13 @@ class Path:
 
     def child(self, ctx_id: str) -> Path:
         return Path(self.root, (*self.ids, ctx_id))
+
+
+def stored_ids(h: Mapping[str, str], root: str, ctx_id: str) -> tuple[str, ...]:
+    """The ids from ``root`` down to ``ctx_id`` as the context's hash ``h`` records
+    them: ``mid``, the ids between the two (lua/open.lua: the whole path would pass
+    Redis' 64-byte listpack limit from depth 1)."""
+    if ctx_id == root:
+        return (root,)
+    mid = h.get("mid") or ""
+    return (root, *(mid.split(",") if mid else ()), ctx_id)

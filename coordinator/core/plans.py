@@ -23,7 +23,11 @@ class OpenPlan:
 
     config: ExecutionConfig
     config_json: str
-    """The requested limits, as recorded in the context's hash."""
+    """What of the config the hash's other fields do not hold (the effective limits are
+    ``l:usd``, ``l:steps``, ``l:retries`` and the token ``l:`` fields, the deadline
+    ``deadline``): the settings that differ from the defaults, such as the timeout and
+    the lease policy, and the dimensions clamped to what the ancestors had left. Compact,
+    so that the hash's values stay under Redis' 64-byte listpack limit."""
     deadline_ms: int
     triples: tuple[str | int, ...]
     """open.lua's (dimension, mode, value) triples."""
@@ -51,12 +55,18 @@ def open_plan(config: ExecutionConfig, *, is_child: bool,
         return _build_open_plan(config, is_child, explicit)
 
 
+_IN_OWN_FIELDS = {"max_cost_usd", "max_steps", "max_retries_total", "deadline", "token_budget"}
+
+
 def _build_open_plan(config: ExecutionConfig, is_child: bool, explicit: frozenset[str]
                      ) -> OpenPlan:
     _, clamped = token_limit_dims(config.token_budget)
     return OpenPlan(
         config=config,
-        config_json=json.dumps({**config.model_dump(mode="json"), "clamped": clamped}),
+        config_json=json.dumps({**config.model_dump(mode="json", exclude_defaults=True,
+                                                    exclude=_IN_OWN_FIELDS),
+                                **({"clamped": clamped} if clamped else {})},
+                               separators=(",", ":")),
         deadline_ms=int(config.deadline.timestamp() * 1000) if config.deadline else 0,
         triples=tuple(open_triples(config, is_child=is_child, explicit=explicit)),
     )

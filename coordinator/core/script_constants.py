@@ -8,10 +8,11 @@ HOOK = "ExecutionContext"
 """The ``hook`` of the SafetyEvents the core itself records (stops, summaries)."""
 
 EVENT_STREAM_CAP = 10_000
-"""Approximate MAXLEN of a context's event stream and of a tree's ledger stream."""
+"""Length cap of a context's event list (lua/lib.lua append_capped: trimmed to it once past
+it by a tenth) and approximate MAXLEN of a tree's ledger stream."""
 
 NODE_STREAM_CAP = 10_000
-"""Approximate MAXLEN of a context's node stream (passed to settle and release in ARGV)."""
+"""Length cap of a context's node-record list (passed to settle and release in ARGV)."""
 
 LUA_CONSTANTS: dict[str, str | int] = {
     "HOOK": HOOK,

@@ -4,7 +4,9 @@ functions over what the store returns (no Redis I/O here)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime, timezone
+from typing import Any
 
 from ..errors import ContextNotFoundError
 from ..models import (
@@ -17,6 +19,21 @@ from ..models import (
 )
 from .amounts import micro_to_usd, ms_to_datetime, token_limits, token_totals
 from .paths import Path
+
+
+def stored_metadata_json(metadata: ChainMetadata) -> str:
+    """The metadata as a context's hash keeps it: compact JSON of the fields set, without
+    the ids the hash has in fields of their own (``id``, ``request_id``). An unlabelled
+    context's is ``{}``: every value of its hash stays under Redis' 64-byte listpack
+    limit, which keeps the hash about half the size."""
+    return metadata.model_dump_json(exclude_defaults=True,
+                                    exclude={"chain_id", "request_id"})
+
+
+def metadata_from_hash(h: dict[str, str]) -> ChainMetadata:
+    """A context's ChainMetadata, read back from its hash (see stored_metadata_json)."""
+    return ChainMetadata(**{"chain_id": h["id"], "request_id": h.get("request_id") or h["id"],
+                            **json.loads(h.get("meta") or "{}")})
 
 
 def config_from_hash(h: dict[str, str]) -> ExecutionConfig:
@@ -41,6 +58,12 @@ def event_from_json(text: str) -> SafetyEvent:
     if data.get("metadata") == []:  # cjson encodes an empty table as an array
         data["metadata"] = {}
     return SafetyEvent(**data)
+
+
+def in_finishing_order(nodes: Iterable[NodeRecord]) -> list[NodeRecord]:
+    """Node records by when their call finished. A thread's settles can land out of
+    order (one sent by the flusher's connection, the next by the caller's own)."""
+    return sorted(nodes, key=lambda n: n.end_ts or n.start_ts)
 
 
 def build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[str],
@@ -77,7 +100,7 @@ def build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[str
         aborted=stopped_by is not None,
         abort_reason=reason,
         elapsed_ms=float(max(0, end - created)),
-        nodes=[NodeRecord(**json.loads(n)) for n in node_json],
+        nodes=in_finishing_order(NodeRecord(**json.loads(n)) for n in node_json),
         events=[*(event_from_json(e) for e in event_json), *offline_events],
         parent_chain_id=path.parent_id,
         root_chain_id=path.root,
@@ -92,8 +115,26 @@ def build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[str
         deadline=ms_to_datetime(int(h.get("deadline") or 0)),
         clamped=clamped,
         depth=int(h.get("depth") or 0),
-        metadata=ChainMetadata(**json.loads(h["meta"])) if h.get("meta") else None,
+        metadata=metadata_from_hash(h) if h.get("meta") else None,
+        **call_counts(h),
     )
+
+
+CALL_OUTCOMES = ("ok", "error", "interrupted", "halted", "refused")
+"""The outcomes lib.lua's count_call counts on a context's hash (``n:<outcome>``)."""
+
+
+def call_counts(h: dict[str, str]) -> dict[str, Any]:
+    """The snapshot fields of the call counts on a context's hash: ``calls`` by outcome,
+    ``refusals`` by reason, ``last_refusal``, ``unreported_calls`` (absent fields are 0;
+    an unreadable count reads 0, as the counters' views do)."""
+    def num(field: str) -> int:
+        value = h.get(field) or "0"
+        return int(value) if value.isdigit() else 0
+    calls = {k: n for k in CALL_OUTCOMES if (n := num(f"n:{k}"))}
+    refusals = {f[3:]: n for f in h if f.startswith("nr:") and (n := num(f))}
+    return {"calls": calls, "refusals": refusals, "last_refusal": h.get("nr_last") or None,
+            "unreported_calls": num("n:unreported")}
 
 
 def dim_name(dim: str) -> str:
@@ -102,3 +143,14 @@ def dim_name(dim: str) -> str:
     slug, _, base = dim.rpartition(".")
     name = names.get(base, base)
     return f"{slug}.{name}" if slug else name
+
+
+def refusal_text(refused: int, refusals: dict[str, int], last: str | None) -> str:
+    """``3 refused: budget_exceeded``, or with counts when the reasons differ
+    (``3 refused: budget_exceeded 2, circuit_open 1; last circuit_open``); '' if none."""
+    if not refused:
+        return ""
+    if len(refusals) <= 1:
+        return f"{refused} refused: {last}" if last else f"{refused} refused"
+    counts = ", ".join(f"{r} {n}" for r, n in sorted(refusals.items(), key=lambda x: -x[1]))
+    return f"{refused} refused: {counts}; last {last}"

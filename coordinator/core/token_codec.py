@@ -103,6 +103,15 @@ def parse_keys(spec: str) -> dict[str, bytes]:
     return keys
 
 
+def token_size(path: tuple[str, ...], tenant: str, kid: str) -> int:
+    """The length of the token naming ``path[-1]`` (issue and expiry times of any date
+    before 2106), without signing it: what :meth:`TokenCodec.encode` would produce."""
+    stamp = 2**32 - 1  # the widest Unix time msgpack packs in 5 bytes
+    payload = msgpack.packb([VERSION, kid, path[0], path[-1], list(path), tenant,
+                             stamp, stamp])
+    return len(_b64(payload)) + 1 + len(_b64(bytes(_SIG_BYTES)))
+
+
 class TokenCodec:
     """Signs and verifies context tokens with a key ring (first key signs, all verify)."""
 
@@ -180,6 +189,8 @@ class TokenCodec:
         """Signature and shape of a token (everything but time and tenant)."""
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenTooLargeError(len(token), MAX_TOKEN_BYTES)
+        if not token.strip():
+            raise TokenMalformedError("no token (the string given is empty)")
         body, sep, sig_text = token.partition(".")
         if not sep or "." in sig_text:
             raise TokenMalformedError("expected payload.signature")

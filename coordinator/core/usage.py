@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidUsageError
+from ..errors import InvalidCostError, InvalidUsageError, ReportOutsideCallError
 from ..models import MAX_COUNT, MAX_LABEL, check_slug, in_range
 from .amounts import check_cost, check_tokens
 
@@ -69,6 +69,8 @@ class UsageCollector:
         self._lock = threading.Lock()
         self._reported: Usage | None = None
         self._meters: dict[UsageMeter, Usage] = {}
+        self.invalid: str | None = None
+        """Why a report was refused (the call is then charged by the invalid rule)."""
 
     def add(self, report: Usage) -> None:
         """Add one report to the call's usage."""
@@ -129,24 +131,32 @@ def report_usage(
     Raises :class:`~coordinator.errors.InvalidCostError` for a value that is not a number,
     NaN, infinite, fractional (tokens), negative or beyond any real call's,
     :class:`~coordinator.errors.InvalidUsageError` when the cache fields exceed
-    ``input_tokens`` or ``provider``/``model`` are not names, and ``RuntimeError`` outside
-    a wrapped call. What is reported before the function raises is still charged.
+    ``input_tokens`` or ``provider``/``model`` are not names (the call is then charged its
+    estimate, at least the floor, even if the function catches the error), and
+    :class:`~coordinator.errors.ReportOutsideCallError` outside a wrapped call. What is
+    reported before the function raises is still charged.
     """
-    check_cost(cost_usd)
-    for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
-                        ("cache_read_input_tokens", cache_read_input_tokens),
-                        ("cache_creation_input_tokens", cache_creation_input_tokens)):
-        check_tokens(name, value)
-    check_names(provider, model)
-    inp = int(input_tokens or 0)
-    cread, cwrite = int(cache_read_input_tokens or 0), int(cache_creation_input_tokens or 0)
-    if cread + cwrite > inp:
-        raise InvalidUsageError(
-            f"cache_read_input_tokens ({cread}) + cache_creation_input_tokens ({cwrite}) "
-            f"exceed input_tokens ({inp}): input_tokens must include them")
     collector = _collector.get()
+    try:
+        check_cost(cost_usd)
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
+                            ("cache_read_input_tokens", cache_read_input_tokens),
+                            ("cache_creation_input_tokens", cache_creation_input_tokens)):
+            check_tokens(name, value)
+        check_names(provider, model)
+        inp = int(input_tokens or 0)
+        cread = int(cache_read_input_tokens or 0)
+        cwrite = int(cache_creation_input_tokens or 0)
+        if cread + cwrite > inp:
+            raise InvalidUsageError(
+                f"cache_read_input_tokens ({cread}) + cache_creation_input_tokens ({cwrite}) "
+                f"exceed input_tokens ({inp}): input_tokens must include them")
+    except (InvalidCostError, InvalidUsageError) as exc:
+        if collector is not None:  # the call is charged its estimate, even if this is caught
+            collector.invalid = f"{type(exc).__name__}: {exc}"
+        raise
     if collector is None:
-        raise RuntimeError("report_usage() called outside a wrapped call")
+        raise ReportOutsideCallError()
     collector.add(Usage(cost_usd, inp, int(output_tokens or 0), model, provider, cread, cwrite))
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.redaction import redact_url
 from .model import Alert, AlertRule
 
 log = logging.getLogger("coordinator.dashboard.alerts")
@@ -51,7 +52,7 @@ def payload(hook: Webhook, alert: Alert) -> bytes:
 
 
 def event_json(alert: Alert) -> str:
-    """The alert as a SafetyEvent (JSON) for the context's event stream."""
+    """The alert as a SafetyEvent (JSON) for the context's event list."""
     return json.dumps({"event_type": "budget_alert", "decision": "ALLOW",
                        "reason": alert.message(), "hook": "dashboard", "request_id": None,
                        "ts": alert.ts_ms,
@@ -60,7 +61,7 @@ def event_json(alert: Alert) -> str:
 
 class Notifier:
     """Sends alerts to webhooks from one daemon thread. ``send`` never blocks: a full
-    queue drops the alert with a warning (the event stream and pub/sub still have it)."""
+    queue drops the alert with a warning (the event list and pub/sub still have it)."""
 
     def __init__(self, hooks: Sequence[Webhook], *, timeout_s: float = 5.0,
                  delays: Sequence[float] = RETRY_DELAYS_S,
@@ -125,7 +126,7 @@ class Notifier:
             waiting.append((time.monotonic() + self._delays[attempt], attempt + 1, hook, alert))
             return
         self.failed += 1
-        log.warning("webhook %s gave up on alert %s/%s: %s", hook.url, alert.root,
+        log.warning("webhook %s gave up on alert %s/%s: %s", redact_url(hook.url), alert.root,
                     alert.threshold, error)
 
 

@@ -21,12 +21,16 @@ from .metrics import CONTENT_TYPE, registry_for, render
 from .runtime import Dashboard
 
 MAX_WATCHED = 200
+STATUS_EVERY_S = 1.0
+"""A live stream says whether Redis answers at least this often."""
 MAX_REASON = 500
 
 
 def clean_reason(text: object) -> str:
     """An abort reason: required, printable, at most MAX_REASON characters."""
-    if not isinstance(text, str) or not text.strip():
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"the reason must be a string, got {type(text).__name__}")
+    if text is None or not text.strip():
         raise ValueError("a reason is required")
     text = "".join(c for c in text.strip() if c.isprintable())
     if len(text) > MAX_REASON:
@@ -45,10 +49,22 @@ def _int(request: Request, name: str, default: int) -> int:
 
 
 def trees_query(request: Request) -> dict[str, Any]:
-    """The overview's query parameters (sort, label filter, page, size)."""
+    """The overview's query parameters (sort, label filter, page, size, since)."""
     return {"sort": request.query_params.get("sort", "spend"),
             "label": request.query_params.get("label") or None,
-            "page": _int(request, "page", 1), "size": _int(request, "size", 50)}
+            "page": _int(request, "page", 1), "size": _int(request, "size", 50),
+            "since": since_of(request)}
+
+
+def since_of(request: Request) -> float | None:
+    """``?since=`` (Unix ms, from a live event): the read must have begun after it."""
+    raw = request.query_params.get("since")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError("since must be a number (Unix ms)") from None
 
 
 def page_query(request: Request) -> dict[str, int]:
@@ -66,6 +82,9 @@ def spend_csv_body(data: Mapping[str, Any]) -> str:
         if value[:1] in ("=", "+", "-", "@"):  # a spreadsheet must not run a label
             value = "'" + value
         writer.writerow([data["day"], r["label"], value, r["unit"], r["closed"], r["open"]])
+    for label in ("total", "unlabelled"):
+        writer.writerow([data["day"], label, "", "usd", data[label]["closed"],
+                         data[label]["open"]])
     return out.getvalue()
 
 
@@ -78,7 +97,8 @@ def api_routes(dash: Dashboard) -> list[Route]:
 
     def tree(request: Request) -> Response:
         who = dash.principal(request)
-        return JSONResponse(svc.tree(dash.tenant(request, who), request.path_params["id"]))
+        return JSONResponse(svc.tree(dash.tenant(request, who), request.path_params["id"],
+                                     since_of(request)))
 
     async def abort(request: Request) -> Response:
         who = dash.principal(request)
@@ -98,7 +118,8 @@ def api_routes(dash: Dashboard) -> list[Route]:
 
     def spend(request: Request) -> Response:
         who = dash.principal(request)
-        return JSONResponse(svc.spend(dash.tenant(request, who), request.query_params.get("day")))
+        return JSONResponse(svc.spend(dash.tenant(request, who), request.query_params.get("day"),
+                                      request.query_params.get("by") or "team"))
 
     def spend_csv(request: Request) -> Response:
         who = dash.principal(request)
@@ -141,14 +162,20 @@ def api_routes(dash: Dashboard) -> list[Route]:
                             overview=request.query_params.get("view") == "overview")
         dash.live.add(listener)
 
+        def status() -> str:
+            return f"data: {json.dumps({'type': 'status', 'redis': dash.live.alive})}\n\n"
+
         async def stream() -> AsyncIterator[str]:
             try:
                 yield "retry: 2000\n\n"
+                yield status()
                 while True:
                     try:
-                        msg = await asyncio.wait_for(listener.queue.get(), 15)
+                        msg = await asyncio.wait_for(listener.queue.get(), STATUS_EVERY_S)
                     except asyncio.TimeoutError:
-                        yield ": keep-alive\n\n"
+                        # whether Redis answers the live feed: a page says it is
+                        # disconnected within seconds of Redis going away
+                        yield status()
                         continue
                     if msg is None:
                         return

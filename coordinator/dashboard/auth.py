@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,20 @@ def _matches(stored: str, given: str) -> bool:
     return hmac.compare_digest(stored.encode(), given.encode())
 
 
+_PBKDF2 = re.compile(r"pbkdf2_sha256\$[1-9][0-9]*\$[^$]+\$[0-9a-f]{64}")
+
+
+def _checked_secret(user: str, secret: str) -> str:
+    """``secret``, unless it starts like a hash and is not a whole one (a shell expanded
+    its ``$`` parts inside double quotes): then logins could never succeed."""
+    if secret.lower().startswith("pbkdf2") and not _PBKDF2.fullmatch(secret):
+        raise ValueError(
+            f"BUDGET_DASHBOARD_USERS: the password of user {user!r} looks like a broken "
+            "pbkdf2_sha256 hash (expected pbkdf2_sha256$ITERATIONS$SALT$HEX; a shell "
+            "expands the $ parts inside double quotes): put the value in single quotes")
+    return secret
+
+
 def _role_tenant(text: str, where: str) -> tuple[str, str | None]:
     role, _, tenant = text.partition("@")
     if role not in ROLES:
@@ -106,7 +121,8 @@ class Auth:
                 raise ValueError(f"BUDGET_DASHBOARD_USERS entry {i + 1}: "
                                  "expected name:role[@tenant]:password")
             role, tenant = _role_tenant(parts[1], f"user {parts[0]!r}")
-            parsed[parts[0]] = _Credential(Principal(parts[0], role, tenant), parts[2])
+            parsed[parts[0]] = _Credential(Principal(parts[0], role, tenant),
+                                           _checked_secret(parts[0], parts[2]))
         creds = []
         for i, spec in enumerate(s for s in tokens.split(",") if s.strip()):
             head, sep, token = spec.strip().partition(":")

@@ -9,18 +9,20 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ..core.keys import VIEW_SHARDS
+from ..core.labels import labels_of
 from ..store.dashboard_index import DashboardIndex, IndexEntry
 from ..store.dashboard_reads import BACKEND_ERRORS
+from ..store.dashboard_series import DashboardSeries
+from ..store.views import TOTAL
 from .alerts import Notifier, event_json
 from .model import (
     Alert,
     AlertRule,
     burn_rate,
     crossings,
-    labels_of,
     next_samples,
     row_from_hash,
     scopes,
@@ -34,6 +36,9 @@ PROVIDER_EVERY = 6
 """Token counts by provider need each root's whole hash: read every sixth pass."""
 NEW_ROOT_SLACK_MS = 60_000
 """Creation scores come from the creating process's clock: look back this far."""
+POINT_EVERY_MS = 10_000
+"""A tree's spend series gets at most one point per minute, rewritten at most this
+often within the minute."""
 
 
 class Indexer:
@@ -42,8 +47,12 @@ class Indexer:
 
     def __init__(self, views: DashboardIndex, *, rules: Sequence[AlertRule] = (),
                  notifier: Notifier | None = None, tick_s: float = 0.5,
-                 sweep_s: float = 5.0, retention_s: int = 7 * 24 * 3600) -> None:
+                 sweep_s: float = 5.0, retention_s: int = 7 * 24 * 3600,
+                 quota_alerts: Callable[[int], list[Alert]] | None = None) -> None:
         self.views = views
+        self.quota_alerts = quota_alerts
+        """The quota buckets' crossings at a Redis-ish time (quota_alerts.py), checked
+        every sweep."""
         self.rules = list(rules)
         self.notifier = notifier
         self.tick_s = tick_s
@@ -59,6 +68,9 @@ class Indexer:
         self._written: dict[str, tuple[dict[str, float], list[str], dict[str, str]]] = {}
         """What this leader last wrote per root: scores, scopes, labels."""
         self._fired: set[tuple[str, str]] = set()
+        self.series = DashboardSeries(views.client, views.ks)
+        self._pointed: dict[str, tuple[int, int, int]] = {}
+        """The last point this leader wrote per root: minute, micro-USD, when (ms)."""
         self._cursor = 0.0
         self._shield_cursor = 0
         self._passes = 0
@@ -94,6 +106,7 @@ class Indexer:
                 if lead and not self.leading:
                     self._written.clear()
                     self._fired.clear()
+                    self._pointed.clear()
                     next_sweep = 0.0
                 self.leading = lead
                 if lead:
@@ -136,7 +149,7 @@ class Indexer:
     def sweep(self) -> None:
         """Re-read every open tree (in chunks), drop the closed ones from the indexes,
         rewrite the open-spend views and take one step of shield discovery."""
-        names = ["org", "team", "service", "stops", "held"]
+        names = ["org", "team", "service", "stops", "held", TOTAL]
         if self._passes % PROVIDER_EVERY == 0:
             names.append("provider")
         self._passes += 1
@@ -158,6 +171,8 @@ class Indexer:
         self.views.write_aggregates(totals, self.retention_s)
         self._shield_cursor = self.views.discover_shield(self._shield_cursor, 1000)
         self.last_sweep_ms = int(time.time() * 1000)
+        if self.quota_alerts is not None:
+            self._emit(self.quota_alerts(self.last_sweep_ms), stream=False)
 
     def _open_chunks(self) -> Iterator[list[tuple[str, float]]]:
         """The library's open trees (root, creation ms), shard by shard, in batches of
@@ -183,6 +198,7 @@ class Indexer:
               totals: dict[str, dict[str, float]] | None = None) -> None:
         hashes, samples_json, labels_json, now = self.views.read_for_index(roots)
         entries, alerts, token_roots = [], [], []
+        points: list[tuple[str, int, int]] = []
         for root, h, sj, lj in zip(roots, hashes, samples_json, labels_json, strict=True):
             if not h.get("status"):
                 continue  # expired or never opened: the sweep drops it
@@ -210,6 +226,8 @@ class Indexer:
                     root, changed, new_scopes, old, labels if moved else None,
                     rate if "burn" in changed else None, new_samples))
             self._written[root] = (scores, new_scopes, labels)
+            if (point := self._point(root, now, used)) is not None:
+                points.append(point)
             alerts += [a for a in crossings(row, root, self.rules, now)
                        if (a.root, a.threshold) not in self._fired]
             if totals is not None:
@@ -217,6 +235,10 @@ class Indexer:
                     if label in labels:
                         bucket = totals[label]
                         bucket[labels[label]] = bucket.get(labels[label], 0) + used
+                whole = totals[TOTAL]
+                whole["all"] = whole.get("all", 0) + used
+                if not {"org", "team", "service"} & set(labels):
+                    whole["unlabelled"] = whole.get("unlabelled", 0) + used
                 if row.status == "stopped" and row.reason:
                     totals["stops"][row.reason] = totals["stops"].get(row.reason, 0) + 1
                 totals["held"]["usd"] = totals["held"].get("usd", 0) + int(h.get("h:usd") or 0)
@@ -224,12 +246,24 @@ class Indexer:
                     token_roots.append(root)
         if entries:
             self.views.write_index(entries)
+        if points:
+            self.series.write(points, self.retention_s)
         if alerts:
             self._emit(alerts)
         if totals is not None and token_roots and "provider" in totals:
             for h in self.views.full_hashes(token_roots):
                 for provider, count in _provider_tokens(h).items():
                     totals["provider"][provider] = totals["provider"].get(provider, 0) + count
+
+    def _point(self, root: str, now: int, used: int) -> tuple[str, int, int] | None:
+        """The spend series point to write for ``root`` (None: nothing new): its first,
+        then one when spend moved, at most every POINT_EVERY_MS within a minute."""
+        minute, last = now // 60_000, self._pointed.get(root)
+        if last is not None and (used == last[1] or (
+                minute == last[0] and now - last[2] < POINT_EVERY_MS)):
+            return None
+        self._pointed[root] = (minute, used, now)
+        return root, minute, used
 
     def _close(self, gone: dict[str, str]) -> None:
         """Trees that left the open index: count their provider tokens into the day's
@@ -256,18 +290,23 @@ class Indexer:
         self.views.unindex({r: scopes(json.loads(lj) if lj else {}) for r, lj in gone.items()})
         for root in roots:
             self._written.pop(root, None)
+            self._pointed.pop(root, None)
             self._fired = {f for f in self._fired if f[0] != root}
 
-    def _emit(self, alerts: list[Alert]) -> None:
-        """Claim each alert's dedup key; emit the ones this process claimed."""
+    def _emit(self, alerts: list[Alert], *, stream: bool = True) -> None:
+        """Claim each alert's dedup key; emit the ones this process claimed (a quota's
+        alert, ``stream=False``, has no context's event list: published only)."""
         claimed = self.views.claim_alerts([(a.root, a.threshold) for a in alerts],
                                           self.retention_s)
         for alert, mine in zip(alerts, claimed, strict=True):
             self._fired.add((alert.root, alert.threshold))
             if not mine:
                 continue
-            self.views.emit_alert(alert.root, alert.context, event_json(alert),
-                                  json.dumps(alert.as_json()))
+            if stream:
+                self.views.emit_alert(alert.root, alert.context, event_json(alert),
+                                      json.dumps(alert.as_json()))
+            else:
+                self.views.publish_alert(json.dumps(alert.as_json()))
             self.alerts_emitted += 1
             if self.notifier is not None:
                 self.notifier.send(alert)

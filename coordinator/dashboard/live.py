@@ -32,6 +32,10 @@ class Listener:
     loop: asyncio.AbstractEventLoop
     overview: bool = False
     """An overview page: it also wants to hear of trees just opened."""
+    primed: bool = False
+    """Told to refresh once after the poll's first reading of its roots: whatever
+    changed between the page's render and that reading is shown, and every change
+    after it is reported (the first reading is never a silent baseline)."""
     queue: asyncio.Queue[dict[str, Any] | None] = field(
         default_factory=lambda: asyncio.Queue(maxsize=256))
 
@@ -93,6 +97,9 @@ class Live:
         return len(self._listeners)
 
     def publish(self, msg: dict[str, Any]) -> None:
+        """Send ``msg`` to the streams it concerns, stamped ``at`` (Unix ms: a page's
+        refresh asks for a read begun after it)."""
+        msg.setdefault("at", time.time() * 1000)
         with self._lock:
             targets = [li for li in self._listeners if li.wants(msg)]
         for listener in targets:
@@ -157,6 +164,8 @@ class Live:
             watched: dict[str, set[str]] = {}
             for li in self._listeners:
                 watched.setdefault(li.tenant, set()).update(li.roots)
+            unprimed = [li for li in self._listeners if not li.primed]
+        began = time.time() * 1000
         for tenant, views in self.views.items():
             roots = sorted(watched.get(tenant, ()))
             if roots:
@@ -169,6 +178,11 @@ class Live:
                         changed.append(root)
                     self._last[(tenant, root)] = sig
                 if changed:
-                    self.publish({"type": "change", "tenant": tenant, "roots": changed})
+                    self.publish({"type": "change", "tenant": tenant, "roots": changed,
+                                  "at": began})
             self._last = {k: v for k, v in self._last.items()
                           if k[0] != tenant or k[1] in watched.get(tenant, ())}
+        for li in unprimed:  # their roots were read after they connected: refresh once
+            li.primed = True
+            li.push({"type": "change", "tenant": li.tenant, "roots": sorted(li.roots),
+                     "at": began})

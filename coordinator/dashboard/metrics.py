@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .quota_metrics import QuotaCollector
 from .service import Service
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -68,6 +69,7 @@ class _DashboardCollector(Collector):
 def registry_for(service: Service, stats: Callable[[], dict[str, float]]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_DashboardCollector(service, stats))
+    registry.register(QuotaCollector(service))
     return registry
 
 

@@ -3,23 +3,19 @@ sort scores, label scopes and alert crossings. No I/O here."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core.keys import DASH_SORTS
+from ..core.labels import LABELS, labels_of
 
 SORTS = DASH_SORTS
 """How the overview can be ordered (``age``: newest first): the indexes the store keeps."""
-LABELS = ("org", "team", "service", "user")
-"""Labels a tree can be filtered by (from its ChainMetadata)."""
-_META_NAMES = {"org": "org_id", "team": "team", "service": "service", "user": "user_id"}
-BURN_WINDOW_MS = 5 * 60_000
-"""Burn rate: USD per minute over the last five minutes."""
+BURN_WINDOW_MS = 60_000
+"""Burn rate: USD per minute spent over the last minute (never extrapolated)."""
 SAMPLE_EVERY_MS = 10_000
-MIN_RATE_SPAN_MS = 2_000
 BURN_ALERT_MIN_AGE_MS = 60_000
 ROW_FIELDS = ("id", "status", "reason", "detail", "created_ms", "stopped_ms", "closed_ms",
               "meta", "u:usd", "h:usd", "l:usd", "u:steps", "l:steps", "u:retries",
@@ -33,22 +29,6 @@ def _int(h: Mapping[str, Any], name: str) -> int:
         return int(value) if value not in (None, "") else 0
     except (TypeError, ValueError):
         return 0
-
-
-def labels_of(meta_json: str | None) -> dict[str, str]:
-    """The filterable labels of a context's metadata JSON (empty ones left out)."""
-    try:
-        meta = json.loads(meta_json or "{}")
-    except ValueError:
-        return {}
-    if not isinstance(meta, dict):
-        return {}
-    out = {}
-    for label, name in _META_NAMES.items():
-        value = meta.get(name)
-        if isinstance(value, str) and value:
-            out[label] = value
-    return out
 
 
 def parse_scope(text: str | None) -> tuple[str, str] | None:
@@ -74,22 +54,24 @@ class Rate:
 
 def burn_rate(samples: Sequence[tuple[int, int]], now_ms: int, used_micro: int,
               created_ms: int) -> float:
-    """USD per minute over the burn window. The baseline is the last sample taken before
-    the window opened (spend then, as of the window's start), else the first sample in
-    it, else the tree's creation (a tree younger than the window started at zero)."""
+    """USD per minute over the burn window: the spend since the window opened, over the
+    window's length or, when the baseline is older, the time since the baseline. The
+    baseline is the tree's creation (at zero) when it is younger than the window, else
+    the last sample taken before the window opened, else the first sample in it. The
+    rate is never extrapolated from a shorter span: a tree that spent everything in its
+    first second burns that amount per minute for one minute, then nothing."""
     start = now_ms - BURN_WINDOW_MS
-    base_ms: int = created_ms
-    base: int | None = 0
-    if created_ms < start:
-        base_ms, base = start, None
-    for ms, micro in samples:  # oldest first
-        if ms <= start:
-            base_ms, base = start, micro
-        elif base is None:
-            base_ms, base = ms, micro
-    span = now_ms - base_ms
-    if base is None or span < MIN_RATE_SPAN_MS or used_micro <= base:
+    base_ms: int | None = None
+    base = 0
+    if created_ms >= start:
+        base_ms = created_ms
+    else:
+        for ms, micro in samples:  # oldest first
+            if ms <= start or base_ms is None:
+                base_ms, base = ms, micro
+    if base_ms is None or used_micro <= base:
         return 0.0
+    span = max(now_ms - base_ms, BURN_WINDOW_MS)
     return (used_micro - base) / 1e6 / (span / 60_000)
 
 
@@ -132,9 +114,11 @@ class Row:
     tokens_out: int
     created_ms: int
     age_s: float
+    """Seconds since creation (whatever the status), as ``budgetctl top`` counts it."""
     depth: int
     parent: str | None
     usd_per_min: float = 0.0
+    """USD per minute over the last minute (BURN_WINDOW_MS); 0 unless running."""
     minutes_to_ceiling: float | None = None
     stopped_by: str | None = None
     """The context whose stop this one inherits (itself when it was stopped itself)."""
@@ -151,9 +135,9 @@ def row_from_hash(h: Mapping[str, Any], now_ms: int, rate: float = 0.0,
         return None
     used, held, limit = _int(h, "u:usd"), _int(h, "h:usd"), _int(h, "l:usd")
     status = str(h["status"])
-    end = _int(h, "stopped_ms") or _int(h, "closed_ms") or now_ms
     created = _int(h, "created_ms") or now_ms
-    proj = projection(rate, limit, used, held) if status == "running" else Rate(rate, None)
+    # only a running tree burns: a stopped or closed one spends nothing more
+    proj = projection(rate, limit, used, held) if status == "running" else Rate(0.0, None)
     return Row(
         id=str(h.get("id") or ""), status=status,
         reason=str(h["reason"]) if status == "stopped" and h.get("reason") else None,
@@ -164,7 +148,7 @@ def row_from_hash(h: Mapping[str, Any], now_ms: int, rate: float = 0.0,
         fraction=used / limit if limit else None,
         steps=_int(h, "u:steps"), max_steps=_int(h, "l:steps") or None,
         retries=_int(h, "u:retries"), tokens_in=_int(h, "u:tin"), tokens_out=_int(h, "u:tout"),
-        created_ms=created, age_s=max(0, end - created) / 1000, depth=_int(h, "depth"),
+        created_ms=created, age_s=max(0, now_ms - created) / 1000, depth=_int(h, "depth"),
         parent=str(h["parent"]) if h.get("parent") else None,
         usd_per_min=proj.usd_per_min, minutes_to_ceiling=proj.minutes_to_ceiling,
         stopped_by=str(h.get("id")) if status == "stopped" else None,
@@ -222,23 +206,27 @@ class Alert:
 
 
 def crossings(row: Row, root: str, rules: Sequence[AlertRule], now_ms: int) -> list[Alert]:
-    """Every threshold of the matching rules that ``row`` is at or past."""
+    """The alerts ``row`` is due: the highest fraction threshold of the matching rules it
+    is at or past (one alert for a jump past several: spend only grows, so the lower
+    ones would say less, and later), and each burn threshold it is past."""
     out: dict[str, Alert] = {}
+    highest: float | None = None
     for rule in rules:
         if any(row.labels.get(k) != v for k, v in rule.match.items()):
             continue
         if row.fraction is not None:
             for f in rule.fractions:
-                if row.fraction >= f - 1e-12:
-                    key = f"fraction:{f:g}"
-                    out[key] = Alert(root, row.id, key, row.fraction, row.labels,
-                                     row.spend_usd, row.ceiling_usd, now_ms)
+                if row.fraction >= f - 1e-12 and (highest is None or f > highest):
+                    highest = f
         burn = rule.burn_usd_per_min
-        # a first call of a tree a few seconds old extrapolates to a huge rate: a burn
-        # alert waits until the rate covers a minute
+        # a burn alert waits until the tree is a minute old (its rate covers a minute)
         if (burn is not None and row.age_s * 1000 >= BURN_ALERT_MIN_AGE_MS
                 and math.isfinite(row.usd_per_min) and row.usd_per_min >= burn):
             key = f"burn:{burn:g}"
             out[key] = Alert(root, row.id, key, row.usd_per_min, row.labels, row.spend_usd,
                              row.ceiling_usd, now_ms)
+    if highest is not None and row.fraction is not None:
+        key = f"fraction:{highest:g}"
+        out[key] = Alert(root, row.id, key, row.fraction, row.labels, row.spend_usd,
+                         row.ceiling_usd, now_ms)
     return list(out.values())

@@ -1,4 +1,4 @@
-"""The HTML pages (Jinja2, autoescaped): overview, tree, spend, shield, sessions,
+"""The HTML pages (Jinja2, autoescaped): overview, tree, spend, shield, sessions, quotas,
 login; and the tree page's abort form. Each page renders the same service data as its
 API twin."""
 
@@ -12,10 +12,15 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from .api import clean_reason, page_query, trees_query
+from ..core.labels import LABELS
+from .api import clean_reason, page_query, since_of, trees_query
 from .auth import LoginThrottle, csrf_ok, csrf_token
-from .model import LABELS, SORTS
+from .charts import day_bars
+from .model import SORTS
+from .quota_page import quota_page
 from .runtime import Dashboard, Forbidden
+
+SPEND_BY = ("org", "team", "service")
 
 
 def _safe_next(target: str | None) -> str:
@@ -50,7 +55,7 @@ def page_routes(dash: Dashboard) -> list[Route]:
     def tree(request: Request) -> Response:
         who = dash.principal(request)
         tenant = dash.tenant(request, who)
-        data = svc.tree(tenant, request.path_params["id"])
+        data = svc.tree(tenant, request.path_params["id"], since_of(request))
         fragment = request.query_params.get("fragment") == "1"
         return dash.render(request, "_tree.html" if fragment else "tree.html", who=who,
                            tenant=tenant, data=data, message=request.query_params.get("msg"))
@@ -70,18 +75,31 @@ def page_routes(dash: Dashboard) -> list[Route]:
     def spend(request: Request) -> Response:
         who = dash.principal(request)
         tenant = dash.tenant(request, who)
-        data = svc.spend(tenant, request.query_params.get("day"))
+        data = svc.spend(tenant, request.query_params.get("day"),
+                         request.query_params.get("by") or "team")
+        chart = day_bars([d["day"] for d in data["days"]],
+                         {d["day"]: {v: round(u * 1e6) for v, u in d["by"].items()}
+                          for d in data["days"]},
+                         {d["day"]: round(d["total"] * 1e6) for d in data["days"]},
+                         data["by"])
         peak = max([r["closed"] + r["open"] for r in data["rows"] if r["unit"] == "usd"] or [0])
         peak_tokens = max([r["closed"] + r["open"] for r in data["rows"]
                            if r["unit"] == "tokens"] or [0])
         return dash.render(request, "spend.html", who=who, tenant=tenant, data=data,
-                           peak=peak or 1, peak_tokens=peak_tokens or 1)
+                           peak=peak or 1, peak_tokens=peak_tokens or 1, chart=chart,
+                           labels=SPEND_BY)
 
     def shield(request: Request) -> Response:
         who = dash.principal(request)
         tenant = dash.tenant(request, who)
         return dash.render(request, "shield.html", who=who, tenant=tenant,
                            data=svc.shield(tenant))
+
+    def quotas(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        return dash.render(request, "quotas.html", who=who, tenant=tenant,
+                           data=quota_page(svc.coordinators[tenant]))
 
     def sessions(request: Request) -> Response:
         who = dash.principal(request)
@@ -135,5 +153,6 @@ def page_routes(dash: Dashboard) -> list[Route]:
     return [Route("/", overview), Route("/trees/{id}", tree),
             Route("/trees/{id}/abort", abort, methods=["POST"]),
             Route("/spend", spend), Route("/shield", shield), Route("/sessions", sessions),
+            Route("/quotas", quotas),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"])]

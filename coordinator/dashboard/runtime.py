@@ -6,21 +6,27 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import jinja2
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from ..core.durations import human_age
 from ..runtime.coordinator import Coordinator
 from ..store.dashboard_index import DashboardIndex
 from .alerts import Notifier, Webhook
 from .auth import Auth, Principal, csrf_ok, csrf_token
+from .charts import sparkline
 from .indexer import Indexer
 from .live import Live
 from .model import AlertRule
+from .quota_alerts import quota_crossings
 from .service import Service, UnknownTenantError
 from .sessions import SessionsView
 
@@ -46,14 +52,41 @@ def _pct(value: float | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    """The CLI's format (``42s``, ``3m05s``, ``2h07m``), one for every age and duration."""
+    return "-" if seconds is None else human_age(seconds * 1000)
+
+
+def _num(value: float | None) -> str:
+    """A count with thousands separators: ``311,156``."""
+    return "-" if value is None else f"{int(value):,}"
+
+
+def _plural(n: int | None, word: str, many: str | None = None) -> str:
+    """``1 call``, ``2 calls`` (``many``: an irregular plural)."""
+    n = int(n or 0)
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {many or word + 's'}"
+
+
+def _when(ms: int | None, now_ms: int) -> Markup:
+    """A moment as how long ago, the exact time (UTC) on hover."""
+    if not ms:
+        return Markup("-")
+    exact = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Markup('<time datetime="{}" title="{}">{} ago</time>').format(
+        exact, exact, human_age(max(0, now_ms - ms)))
+
+
+def _when_iso(text: str | None, now_ms: int) -> Markup:
+    """:func:`_when` of an ISO 8601 time (a session's); a future one says "in"."""
+    try:
+        ms = int(datetime.fromisoformat(str(text)).timestamp() * 1000)
+    except ValueError:
+        return Markup("-")
+    if ms <= now_ms:
+        return _when(ms, now_ms)
+    exact = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Markup('<time datetime="{}" title="{}">in {}</time>').format(
+        exact, exact, human_age(ms - now_ms))
 
 
 def _bar(spend: float | None, held: float | None, ceiling: float | None) -> dict[str, float]:
@@ -62,6 +95,12 @@ def _bar(spend: float | None, held: float | None, ceiling: float | None) -> dict
         return {"spend": 0.0, "held": 0.0}
     s = min(100.0, 100 * (spend or 0) / ceiling)
     return {"spend": s, "held": min(100.0 - s, 100 * (held or 0) / ceiling)}
+
+
+def _spark(row: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+    """The overview's sparkline of a tree row (its last hour)."""
+    return sparkline(row.get("series") or [], created_ms=int(row.get("created_ms") or now_ms),
+                     now_ms=now_ms, spend_micro=round((row.get("spend_usd") or 0) * 1e6))
 
 
 class Dashboard:
@@ -77,14 +116,16 @@ class Dashboard:
         self.notifier = Notifier(webhooks) if webhooks and background else None
         self.indexers = {t: Indexer(DashboardIndex(c.client, c.keyspace), rules=rules,
                                     notifier=self.notifier, sweep_s=sweep_s,
-                                    retention_s=c.retention_s)
+                                    retention_s=c.retention_s,
+                                    quota_alerts=partial(quota_crossings, c, rules))
                          for t, c in self.service.coordinators.items()}
         self.live = Live(self.service.views, tick_s=live_tick_s,
                          on_change=lambda t, r: self.indexers[t].mark_dirty(r))
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates),
                                       autoescape=True, undefined=jinja2.StrictUndefined)
-        self.env.filters.update(usd=_usd, pct=_pct, duration=_duration)
-        self.env.globals.update(bar=_bar)
+        self.env.filters.update(usd=_usd, pct=_pct, duration=_duration, num=_num,
+                                plural=_plural, when=_when, when_iso=_when_iso)
+        self.env.globals.update(bar=_bar, spark=_spark)
         self._started = False
         self._lock = threading.Lock()
 
@@ -181,8 +222,12 @@ class Dashboard:
         if self.is_api(request):
             return JSONResponse({"error": message, "status": status}, status_code=status,
                                 headers=dict(headers or {}))
+        try:  # a logged-in user's error page says so (and offers no "log in")
+            who: Principal | None = self.principal(request)
+        except NeedLogin:
+            who = None
         return self.render(request, "error.html", status, headers, code=status,
-                           message=message, retry=status == 503)
+                           message=message, retry=status == 503, who=who)
 
     def need_login(self, request: Request) -> Response:
         if self.is_api(request):

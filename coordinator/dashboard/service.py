@@ -3,25 +3,34 @@ whole tree, spend, shield state; and the operator's abort through the public API
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..context.execution import ExecutionContext
+from ..core.labels import LABELS
+from ..core.paths import stored_ids
 from ..errors import ContextNotFoundError
 from ..models import Decision, SafetyEvent
 from ..runtime.coordinator import Coordinator
+from ..store.dashboard_fresh import unindexed_new
 from ..store.dashboard_reads import DashboardReads
-from .model import LABELS, ROW_FIELDS, SORTS, parse_scope, row_from_hash
+from ..store.dashboard_series import DashboardSeries
+from ..store.model_spend import MODEL
+from ..store.views import TOTAL
+from .listing import page_rows
+from .model import ROW_FIELDS, SORTS, parse_scope
+from .tree_view import tree_view
 
 T = TypeVar("T")
 MAX_PAGE = 200
 MAX_CONTEXTS = 500
 RECENT = 50
-SPEND_LABELS = ("org", "team", "service", "provider")
+SPEND_LABELS = ("org", "team", "service", "provider", MODEL)
+DAYS = 14
+"""The Spend page's chart covers this many days."""
 
 
 class UnknownTenantError(LookupError):
@@ -34,13 +43,14 @@ class NotRunningError(Exception):
 
 class _Cache:
     """Results of identical reads within ``ttl_s`` are shared: fifty pages showing the
-    same view cost Redis one read, not fifty (pages refresh once more ``ttl_s`` after an
-    event, so they never keep a read older than it). ``clear`` (after an action) drops
-    them, and a read that was under way when it was called is not kept."""
+    same view cost Redis one read, not fifty. A page refreshing after a live event asks
+    for a read begun after the event (``since``), so it never gets a shared read older
+    than what it was told of. ``clear`` (after an action) drops them, and a read that
+    was under way when it was called is not kept."""
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self._data: dict[tuple[Any, ...], tuple[float, int, Any]] = {}
+        self._data: dict[tuple[Any, ...], tuple[float, int, Any, float]] = {}
         self._generation = 0
         self._lock = threading.Lock()
 
@@ -49,12 +59,15 @@ class _Cache:
             self._generation += 1
             self._data = {}
 
-    def get(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
-        now = time.monotonic()
+    def get(self, key: tuple[Any, ...], read: Callable[[], T],
+            since: float | None = None) -> T:
+        """The shared result of ``read`` (a read begun at or after ``since``, Unix ms)."""
+        now, began = time.monotonic(), time.time() * 1000
         with self._lock:
             hit = self._data.get(key)
             generation = self._generation
-        if hit is not None and hit[0] > now and hit[1] == generation:
+        if (hit is not None and hit[0] > now and hit[1] == generation
+                and (since is None or hit[3] >= since)):
             value: T = hit[2]
             return value
         value = read()
@@ -62,7 +75,7 @@ class _Cache:
             if generation == self._generation and self.ttl_s > 0:
                 if len(self._data) > 1000:
                     self._data = {k: v for k, v in self._data.items() if v[0] > now}
-                self._data[key] = (now + self.ttl_s, generation, value)
+                self._data[key] = (now + self.ttl_s, generation, value, began)
         return value
 
 
@@ -88,8 +101,10 @@ class Service:
     # -- reads ---------------------------------------------------------------------------
 
     def trees(self, tenant: str, *, sort: str = "spend", label: str | None = None,
-              page: int = 1, size: int = 50) -> dict[str, Any]:
-        """One page of open trees. Raises ValueError for a bad sort, filter or page."""
+              page: int = 1, size: int = 50, since: float | None = None) -> dict[str, Any]:
+        """One page of open trees (``since``: a shared read is used only when it began at
+        or after this Unix time, in ms). Raises ValueError for a bad sort, filter or
+        page."""
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}")
         if not (1 <= size <= MAX_PAGE) or page < 1 or page > 1_000_000:
@@ -101,20 +116,23 @@ class Service:
         def read() -> dict[str, Any]:
             p = views.page(sort, f"{scope[0]}={scope[1]}" if scope else None,
                            (page - 1) * size, size)
-            rows = []
-            for root, h, rate in zip(p.roots, p.hashes, p.rates, strict=True):
-                row = row_from_hash(h, p.now_ms, rate)
-                rows.append(row.as_json() if row is not None else
-                            {"id": root, "status": "expired", "labels": {}})
+            # a tree opened since the indexer's last pass is listed at once
+            fresh = unindexed_new(views.client, views.ks, ROW_FIELDS)[0] if p.indexed else []
+            rows, total = page_rows(p, fresh, sort, scope, size)
+            series = DashboardSeries(views.client, views.ks).recent([r["id"] for r in rows])
+            for row, points in zip(rows, series, strict=True):
+                row["series"] = [list(pt) for pt in points]
             return {"tenant": tenant, "sort": sort, "label": label, "page": page,
-                    "size": size, "total": p.total, "trees": rows, "now_ms": p.now_ms}
+                    "size": size, "total": total, "trees": rows, "now_ms": p.now_ms}
 
-        return self.cache.get(key, read)
+        return self.cache.get(key, read, since)
 
-    def tree(self, tenant: str, ctx_id: str) -> dict[str, Any]:
-        """The whole tree holding ``ctx_id``. Raises ContextNotFoundError."""
+    def tree(self, tenant: str, ctx_id: str, since: float | None = None) -> dict[str, Any]:
+        """The whole tree holding ``ctx_id`` (``since``: as for :meth:`trees`). Raises
+        ContextNotFoundError."""
         views = self._views(tenant)
-        return self.cache.get(("tree", tenant, ctx_id), lambda: self._tree(views, ctx_id))
+        return self.cache.get(("tree", tenant, ctx_id), lambda: self._tree(views, ctx_id),
+                              since)
 
     def _tree(self, views: DashboardReads, ctx_id: str) -> dict[str, Any]:
         root = views.locate(ctx_id)
@@ -123,52 +141,43 @@ class Service:
         read = views.tree(root, max_contexts=MAX_CONTEXTS, recent=RECENT)
         if not read.hashes.get(root):
             raise ContextNotFoundError(ctx_id)
-        rate = views.rate(root)
-        contexts: dict[str, dict[str, Any]] = {}
+        series = DashboardSeries(views.client, views.ks).tree(root)
+        return tree_view(read, ctx_id, views.rate(root), series)
 
-        def walk(cid: str, inherited: tuple[str, str | None, str | None] | None,
-                 closed_above: bool = False) -> None:
-            h = read.hashes.get(cid) or {}
-            row = row_from_hash(h, read.now_ms, rate if cid == root else 0.0)
-            if row is None:
-                contexts[cid] = {"id": cid, "status": "expired", "children": []}
-                return
-            data = row.as_json()
-            if row.status == "stopped":
-                inherited = (cid, row.reason, row.detail)
-            elif inherited is not None:  # an ancestor's stop halts this one too
-                data["status"] = "stopped"
-                data["stopped_by"], data["reason"], data["detail"] = inherited
-            elif closed_above and row.status == "running":  # as load_snapshot says
-                data["status"] = "closed"
-            closed_above = closed_above or row.status == "closed"
-            data["tokens_by_provider"] = _tokens_by_provider(h)
-            data["task"] = _task_of(h.get("meta"))
-            data["children"] = read.children.get(cid, [])
-            contexts[cid] = data
-            for kid in data["children"]:
-                walk(kid, inherited, closed_above)
-
-        walk(root, None)
-        tokens = contexts[root].get("tokens_by_provider", {})
-        return {"root": root, "focus": ctx_id, "contexts": contexts,
-                "truncated": read.truncated, "tokens_by_provider": tokens,
-                "nodes": [_node(cid, j) for _, cid, j in read.nodes],
-                "events": [_event(cid, j) for _, cid, j in read.events],
-                "now_ms": read.now_ms}
-
-    def spend(self, tenant: str, day: str | None = None) -> dict[str, Any]:
-        """Spend by org, team, service (micro-USD: closed that day, open now) and tokens
-        by provider.direction (closed that day, open now)."""
+    def spend(self, tenant: str, day: str | None = None, by: str = "team") -> dict[str, Any]:
+        """The total and the unlabelled trees' spend, spend by org, team, service (USD:
+        closed that day, open now), tokens by provider.direction (closed that day, open
+        now), by provider|model (closed that day), and the closed spend of the DAYS days up
+        to ``day`` by the label ``by``."""
         day = day or time.strftime("%Y-%m-%d", time.gmtime())
         try:
-            datetime.strptime(day, "%Y-%m-%d")
+            last = datetime.strptime(day, "%Y-%m-%d")
         except ValueError:
             raise ValueError("day must be YYYY-MM-DD") from None
+        if by not in SPEND_LABELS[:3]:
+            raise ValueError(f"by must be one of {', '.join(SPEND_LABELS[:3])}")
         views = self._views(tenant)
-        raw = self.cache.get(("spend", tenant, day), lambda: views.spend(day, SPEND_LABELS))
-        out: dict[str, Any] = {"tenant": tenant, "day": day, "rows": []}
+        days = [(last - timedelta(days=n)).strftime("%Y-%m-%d") for n in range(DAYS - 1, -1, -1)]
+        series = DashboardSeries(views.client, views.ks)
+
+        def read() -> tuple[Any, ...]:
+            return (views.spend(day, (*SPEND_LABELS, TOTAL)),
+                    series.closed_by_day(by, days), series.closed_by_day(TOTAL, days))
+
+        raw, by_day, totals = self.cache.get(("spend", tenant, day, by), read)
+        whole = raw[TOTAL]  # (a shared read: never changed in place)
+        out: dict[str, Any] = {
+            "tenant": tenant, "day": day, "rows": [], "by": by,
+            "total": {"closed": whole["closed"].get("all", 0) / 1e6,
+                      "open": whole["open"].get("all", 0) / 1e6},
+            "unlabelled": {"closed": whole["closed"].get("unlabelled", 0) / 1e6,
+                           "open": whole["open"].get("unlabelled", 0) / 1e6},
+            "days": [{"day": d, "total": totals[d].get("all", 0) / 1e6,
+                      "unlabelled": totals[d].get("unlabelled", 0) / 1e6,
+                      "by": {v: u / 1e6 for v, u in by_day[d].items()}} for d in days]}
         for label, parts in raw.items():
+            if label == TOTAL:
+                continue
             for value in sorted(set(parts["closed"]) | set(parts["open"])):
                 closed, open_ = parts["closed"].get(value, 0), parts["open"].get(value, 0)
                 unit = "tokens" if label == "provider" else "usd"
@@ -205,13 +214,13 @@ class Service:
         views = self._views(tenant)
         root = views.locate(ctx_id)
         h = views.context(root, ctx_id) if root else {}
-        if root is None or not h.get("path"):
+        if root is None or not h.get("id"):
             raise ContextNotFoundError(ctx_id)
         if h.get("status") != "running":
             why = h.get("reason") or h.get("status")
             raise NotRunningError(f"{ctx_id} is already {h.get('status')} ({why}); "
                                   "nothing changed")
-        path = tuple(h["path"].split(","))
+        path = stored_ids(h, root, ctx_id)
         token = coord.token_codec().encode(root=root, path=path, tenant=coord.tenant, ttl_s=60,
                                    now=coord.redis_now_ms() / 1000)
         ctx = ExecutionContext.attach(token, coordinator=coord)
@@ -230,71 +239,6 @@ class Service:
 def _tag(key: str, kind: str) -> str:
     start = key.find("{" + kind)
     return key[start + 1 + len(kind): key.find("}", start)] if start >= 0 else key
-
-
-def _task_of(meta_json: str | None) -> dict[str, str] | None:
-    """The Celery task a context runs (``@contained`` tags it ``celery_task``), and where
-    when a ``celery_host`` tag says so; None for other contexts."""
-    try:
-        tags = json.loads(meta_json or "{}").get("tags") or {}
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(tags, dict) or not tags.get("celery_task"):
-        return None
-    return {"name": str(tags["celery_task"]), "host": str(tags.get("celery_host") or ""),
-            "retries": str(tags.get("celery_retries") or "0")}
-
-
-def _tokens_by_provider(h: Mapping[str, str]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for field, value in h.items():
-        if field.startswith("u:") and "." in field and field.endswith(("tin", "tout")):
-            provider, _, d = field[2:].rpartition(".")
-            out.setdefault(provider, {"input": 0, "output": 0})[
-                "input" if d == "tin" else "output"] = int(value)
-    return out
-
-
-def _node(ctx_id: str, text: str) -> dict[str, Any]:
-    try:
-        n = json.loads(text)
-    except ValueError:
-        return {"context": ctx_id, "status": "unreadable"}
-    start, end = _seconds(n.get("start_ts")), _seconds(n.get("end_ts"))
-    duration = (end - start) * 1000 if start is not None and end is not None else None
-    started = (datetime.fromtimestamp(start, tz=timezone.utc).isoformat()
-               if start is not None else None)
-    return {"context": ctx_id, "node_id": n.get("node_id"), "kind": n.get("kind"),
-            "operation": n.get("operation_name") or "", "model": n.get("model"),
-            "provider": n.get("provider"), "cost_usd": n.get("cost_usd", 0.0),
-            "input_tokens": n.get("input_tokens", 0), "output_tokens": n.get("output_tokens", 0),
-            "duration_ms": duration, "status": n.get("status"), "start": started}
-
-
-def _seconds(value: Any) -> float | None:
-    """A node timestamp (Unix seconds, or ISO text from a pydantic dump) as seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value).timestamp()
-        except ValueError:
-            return None
-    return None
-
-
-def _event(ctx_id: str, text: str) -> dict[str, Any]:
-    try:
-        e = json.loads(text)
-    except ValueError:
-        return {"context": ctx_id, "event_type": "unreadable"}
-    ts = e.get("ts")
-    if isinstance(ts, (int, float)):
-        ts = datetime.fromtimestamp(ts / 1000, tz=timezone.utc).isoformat(timespec="seconds")
-    meta = e.get("metadata") if isinstance(e.get("metadata"), dict) else {}
-    return {"context": ctx_id, "event_type": e.get("event_type"), "decision": e.get("decision"),
-            "reason": e.get("reason"), "hook": e.get("hook"), "ts": ts,
-            "actor": meta.get("actor")}
 
 
 __all__ = ["LABELS", "NotRunningError", "Service", "UnknownTenantError"]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.paths import Path
-from ..errors import BackendUnavailableError, ContextNotFoundError
+from ..errors import BackendUnavailableError, ContextNotFoundError, CorruptStateError
 from ..store.data import DataRefused, DataStore
 from ..store.errors import UNAVAILABLE
 from .errors import ContextDataError, DataClosedError, DataTooLargeError, NoParentError
@@ -46,10 +46,13 @@ def redis_call(operation: str, fn: Callable[[], T]) -> T:
 
 
 def refusal(ctx_id: str, refused: DataRefused, limits: DataLimits,
-            what: str = "the context's data") -> ContextDataError | ContextNotFoundError:
+            what: str = "the context's data"
+            ) -> ContextDataError | ContextNotFoundError | CorruptStateError:
     """The error a refused data script stands for."""
     if refused.reason == "missing":
         return ContextNotFoundError(ctx_id)
+    if refused.reason == "state_corrupt":
+        return CorruptStateError(ctx_id, "data size (bytes)", refused.value)
     if refused.reason == "closed":
         return DataClosedError(ctx_id)
     if refused.key is not None:

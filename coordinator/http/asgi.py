@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from ..context import tracing
 from ..context.execution import active_context
 from ..models import ExecutionConfig
 from ..runtime.coordinator import Coordinator
@@ -20,6 +21,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _HEADER_BYTES = HEADER.encode()
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
 
 
 class BudgetContextMiddleware:
@@ -73,9 +75,12 @@ class BudgetContextMiddleware:
                 await anyio.to_thread.run_sync(flush, coord)
             await send(message)
 
+        trace = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                 if k.lower() in _TRACE_HEADERS}
         var = active_context.set(ctx)
         try:
-            await self.app(scope, receive, send_after_flush)
+            with tracing.extracted(trace):
+                await self.app(scope, receive, send_after_flush)
         finally:
             active_context.reset(var)
             await anyio.to_thread.run_sync(finish, ctx)

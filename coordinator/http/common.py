@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any
 
+from ..context import tracing
 from ..context.execution import ExecutionContext, current_context
 from ..errors import (
     BackendUnavailableError,
@@ -131,3 +132,4 @@ class HostPolicy:
         ctx = current_context()
         if ctx is not None:
             headers[HEADER] = ctx.token
+            tracing.inject(headers)  # one trace across the tree (no-op without tracing)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ..context import tracing
 from ..context.execution import ExecutionContext, active_context
 from ..models import ExecutionConfig
 from ..runtime.coordinator import Coordinator
@@ -57,8 +58,11 @@ class BudgetContextWSGIMiddleware:
         if ctx is None:
             return self.app(environ, start_response)
         var = active_context.set(ctx)
+        trace = {"traceparent": environ.get("HTTP_TRACEPARENT"),
+                 "tracestate": environ.get("HTTP_TRACESTATE")}
         try:
-            result = self.app(environ, start_response)
+            with tracing.extracted(trace):
+                result = self.app(environ, start_response)
         except BaseException:
             finish(ctx)
             raise

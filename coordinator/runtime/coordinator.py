@@ -11,13 +11,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..core.charging_rules import ChargingPolicy
 from ..core.keys import KeySpace, validate_tenant
+from ..core.paths import Path, stored_ids
+from ..core.redaction import redact_url
 from ..core.token_codec import TokenCodec, parse_keys
+from ..errors import ContextNotFoundError
 from ..store.channels import StopSubscription, wake
-from ..store.connection import Client, connect, shared_dev_key
+from ..store.connection import Client, connect, describe_client, shared_dev_key
 from ..store.errors import RedisError
-from ..store.health import ping
+from ..store.health import probe
 from ..store.io_thread import IOThread
+from ..store.repair import Repaired, repair_context
 from ..store.topology import Durability
 from ..store.tree import Store
 from ..store.views import Views
@@ -57,13 +62,18 @@ class Coordinator:
         lease_ms: int = DEFAULT_LEASE_MS,
         retention_s: int = DEFAULT_RETENTION_S,
         fail_open: bool = False,
+        charging: ChargingPolicy | None = None,
         hot_timeout_ms: int = DEFAULT_HOT_TIMEOUT_MS,
         probe_interval_ms: int = DEFAULT_PROBE_INTERVAL_MS,
         durability: str = "local",
         replicas: int = 1,
         wait_timeout_ms: int = 1000,
+        long_timeout_ms: int = DEFAULT_LONG_TIMEOUT_MS,
     ) -> None:
         self.client = client
+        self.long_timeout_ms = long_timeout_ms
+        """The client's reply timeout (``from_url`` sets it): what a blocking wait for a
+        long operation (an open off the event loop's thread) is bounded by."""
         self.keyspace = KeySpace(validate_tenant(tenant))
         self.tenant = tenant
         self.store = Store(client, self.keyspace, lease_ms)
@@ -72,14 +82,19 @@ class Coordinator:
         self.hot_timeout_ms = hot_timeout_ms
         self.store.wire.hot_timeout_s = hot_s
         wires = self.store.wire.topology
-        self.backend = BackendHealth(lambda: ping(wires, hot_s), probe_interval_ms / 1000)
-        """The backend breaker: after a stall, calls fail closed at once until a probe
-        finds Redis answering again."""
-        self.io = IOThread(self.store, self.backend.allow, self.backend.failed)
+        self.backend = BackendHealth(lambda node: probe(wires, node, hot_s),
+                                     probe_interval_ms / 1000, wires.node_of)
+        """The backend breaker, per node: once a node is known down, the calls it serves
+        fail closed at once until a probe finds it answering again (or, on a Cluster,
+        its slots served by a new primary)."""
+        self.io = IOThread(self.store, self.backend.allow, self.backend.failed,
+                           self.backend.succeeded)
         """Runs the Redis work of async calls off their event loop."""
         self.views = Views(client, self.keyspace)
         self.retention_s = retention_s
         self.fail_open = fail_open
+        self.charging = charging or ChargingPolicy()
+        """How calls whose spend is not known are charged (docs/tokens.md)."""
         """Opt-in: when Redis is unreachable, run calls without a budget instead of
         halting them. Off by default (fail closed)."""
         self._token_keys = token_keys
@@ -91,6 +106,8 @@ class Coordinator:
         self._closed = False
         self._clock_offset_ms = 0.0  # Redis time - local time, refreshed on every reserve
         self._flusher = Flusher(self.store.flush, self.call_later)
+        self.shown_url = describe_client(client)
+        """Where this coordinator's Redis is, its password replaced by ``**``."""
 
     # -- construction --------------------------------------------------------------------
 
@@ -101,7 +118,8 @@ class Coordinator:
         users, ``redis+sentinel://s1:26379,s2:26379/<service>`` for Sentinel,
         ``redis+cluster://h1:p1,h2:p2`` (or a node's URL) for Redis Cluster (see
         coordinator/store/topology.py). Unless given here, durability comes from
-        ``BUDGET_DURABILITY`` (``local`` or ``replicated``), token keys from
+        ``BUDGET_DURABILITY`` (``local`` or ``replicated``) and ``BUDGET_REPLICAS`` (how
+        many replicas ``replicated`` waits for), token keys from
         ``BUDGET_TOKEN_KEYS``, the tenant from ``BUDGET_TENANT``, the lease from
         ``BUDGET_LEASE_MS``, the retention of closed trees from ``BUDGET_RETENTION_S``,
         and the timeouts from ``BUDGET_HOT_TIMEOUT_MS``, ``BUDGET_LONG_TIMEOUT_MS`` and
@@ -116,11 +134,18 @@ class Coordinator:
             kwargs["token_keys"] = parse_keys(os.environ["BUDGET_TOKEN_KEYS"])
         kwargs.setdefault("tenant", os.environ.get("BUDGET_TENANT", ""))
         for env, name in (("BUDGET_LEASE_MS", "lease_ms"), ("BUDGET_RETENTION_S", "retention_s"),
+                          ("BUDGET_REPLICAS", "replicas"),
                           ("BUDGET_HOT_TIMEOUT_MS", "hot_timeout_ms"),
                           ("BUDGET_PROBE_INTERVAL_MS", "probe_interval_ms")):
             if name not in kwargs and os.environ.get(env):
                 kwargs[name] = int(os.environ[env])
-        return cls(client, **kwargs)
+        coord = cls(client, long_timeout_ms=long_timeout_ms, **kwargs)
+        coord.shown_url = redact_url(url)
+        return coord
+
+    def __repr__(self) -> str:
+        return (f"Coordinator({self.shown_url!r}, tenant={self.tenant!r}, "
+                f"durability={self.store.wire.durability.mode!r})")
 
     @classmethod
     def default(cls) -> Coordinator:
@@ -148,16 +173,37 @@ class Coordinator:
             self._codec = TokenCodec(self._token_keys or self.provision_token_keys())
         return self._codec
 
+    @property
+    def signing_kid(self) -> str:
+        """The key id tokens are (or will be) signed with, without reading Redis."""
+        if self._codec is not None:
+            return self._codec.signing_kid
+        return next(iter(self._token_keys)) if self._token_keys else "dev"
+
     def provision_token_keys(self) -> dict[str, bytes]:
         """The development key shared through this Redis (``<prefix>:token-dev-key``,
         created by the first process that asks): the signing key when no keys are
-        configured. Anyone who can read this Redis can mint tokens with it, so configure
-        ``BUDGET_TOKEN_KEYS`` in production."""
+        configured; one process per Redis and hour warns that it is in use. Anyone who
+        can read this Redis can mint tokens with it, so configure ``BUDGET_TOKEN_KEYS`` in
+        production."""
         name = f"{self.keyspace.prefix}:token-dev-key"
-        keys = {"dev": shared_dev_key(self.client, name)}
-        log.warning("BUDGET_TOKEN_KEYS is not set: signing context tokens with a "
-                    "development key kept in Redis (%s); not for production", name)
-        return keys
+        key, announce = shared_dev_key(self.client, name)
+        (log.warning if announce else log.debug)(
+            "BUDGET_TOKEN_KEYS is not set: context tokens are signed with a development "
+            "key kept in Redis (%s), not for production (said once an hour per Redis)", name)
+        return {"dev": key}
+
+    def repair(self, chain_id: str, operator: str = "the API") -> Repaired:
+        """Re-validate a context after its corrupt fields were fixed or reset, lift its
+        ``state_corrupt`` stop, and charge once what the corruption left held (docs/
+        topology.md, "Repairing corrupt state"). Raises ``CorruptStateError`` while a
+        number is still corrupt, ``ContextNotFoundError`` for an unknown id."""
+        root = self.views.locate(chain_id)
+        h = self.views.read_contexts([(root, chain_id)])[0] if root else {}
+        if root is None or not h:
+            raise ContextNotFoundError(chain_id)
+        path = Path(root, stored_ids(h, root, chain_id))
+        return repair_context(self.store, path, operator)
 
     # -- Redis time ----------------------------------------------------------------------
 

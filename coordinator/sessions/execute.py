@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from ..context.cancellation import CancellationToken
 from ..context.execution import ExecutionContext, current_cancellation_token
+from ..context.wrap import run_sync
 from ..core.session_errors import (
     ExecutionRefusedError,
     InvalidSessionInputError,
@@ -66,7 +67,8 @@ def execute_code(manager: SessionHost, identity: ExecutionSessionIdentity, code:
     """See :meth:`SessionManager.execute_code`.
 
     Errors as the specification's table says: the tenant cap and a creation failure
-    raise; a lost sandbox (found when connecting) is replaced transparently; a timeout
+    raise; a lost sandbox (found when connecting) raises SandboxLostError and marks the
+    session error (the next call starts a new one); a timeout
     returns an error result and keeps the session; the sandbox failing during the run
     returns an error result and marks the session ``error``; code that raises returns
     an error result and keeps the session (its state is intact); a stopped or exhausted
@@ -93,11 +95,13 @@ def _connect(manager: SessionHost, identity: ExecutionSessionIdentity,
     try:
         return session, manager.sandbox_for(session)
     except SandboxLostError as exc:
-        # Lost between executions: replace it transparently (once).
+        # Lost between executions: said, not papered over with a fresh sandbox whose
+        # state would silently differ. The next call starts a new session.
         manager.metrics.errors.labels(kind="sandbox_lost").inc()
         manager.mark_error(session, manager.sanitizer(str(exc)))
-        session = manager.get_or_create(identity, parent)
-        return session, manager.sandbox_for(session)
+        raise SandboxLostError(session.sandbox_id, f"{exc.why}; the session is marked "
+                               "error and the path's next call starts a new one, without "
+                               "its state") from exc
 
 
 def _execute(manager: SessionHost, identity: ExecutionSessionIdentity, code: str,
@@ -130,9 +134,10 @@ def _execute(manager: SessionHost, identity: ExecutionSessionIdentity, code: str
     # sandbox time never overshoots a ceiling.
     options = WrapOptions(operation_name="execute_code",
                           cost_estimate_hint=round(price * (timeout_s + 5), 6))
-    decision = budget.wrap_tool_call(body, options)
+    outcome = run_sync(budget._state, budget, "tool", body, options)
+    decision = outcome.decision
     if "ms" not in box:  # refused before it ran
-        reason = budget.stop_reason or "the budget context refused the call"
+        reason = outcome.reason or "the budget context refused the call"
         manager.metrics.errors.labels(kind="refused").inc()
         raise ExecutionRefusedError(reason, decision.value)
     ms = box["ms"]

@@ -36,6 +36,8 @@ from .telemetry import GET_OR_CREATE, SessionMetrics, default_metrics, span
 
 log = logging.getLogger("coordinator.sessions")
 
+LOST = "sandbox lost: its process is gone"
+"""The error recorded on a session whose sandbox was found gone."""
 WAIT_POLL_S = 0.05
 TOKEN_TTL_S = 3600
 DEFAULT_ROOT_BUDGET = ExecutionConfig(max_cost_usd=10.0, max_steps=10_000,
@@ -74,6 +76,8 @@ class SessionManager:
         self.root_budget = root_budget
         self._sandboxes: dict[str, Sandbox] = {}
         self._budgets: dict[str, ExecutionContext] = {}
+        self._mine: dict[str, ExecutionSessionIdentity] = {}
+        """Sessions this manager created, by sandbox id: close() ends them."""
         self._lock = threading.Lock()
 
     # -- creation and reuse ----------------------------------------------------------
@@ -91,6 +95,7 @@ class SessionManager:
         cfg = self.config
         deadline = time.monotonic() + cfg.creation_timeout_ms / 1000
         claim_id = secrets.token_hex(12)
+        reaped = False
         while True:
             got = self.store.acquire(identity, cap=cfg.max_sessions_per_tenant,
                                      max_executions=cfg.max_executions, claim_id=claim_id,
@@ -100,6 +105,10 @@ class SessionManager:
             if got.kind == "existing":
                 assert got.session is not None
                 return got.session
+            if got.kind == "cap" and not reaped:  # sessions whose sandbox is gone free
+                reaped = True                     # their place first
+                if self.reap_lost(identity.tenant_id):
+                    continue
             if got.kind == "cap":
                 self.metrics.errors.labels(kind="tenant_cap").inc()
                 raise TooManySessionsError(identity.tenant_id, cfg.max_sessions_per_tenant,
@@ -158,6 +167,7 @@ class SessionManager:
         with self._lock:
             self._sandboxes[info.sandbox_id] = sandbox
             self._budgets[info.sandbox_id] = budget
+            self._mine[info.sandbox_id] = identity
         self.metrics.created.labels(provider=self.provider.name).inc()
         self._refresh_gauge(identity.tenant_id)
         return session
@@ -253,11 +263,33 @@ class SessionManager:
 
     def has_active(self, identity: ExecutionSessionIdentity) -> bool:
         """Whether the path has a usable session (active, unexpired in Redis time, under
-        the execution limit)."""
+        the execution limit, its sandbox not known to be gone: such a record is marked
+        ``error`` here)."""
         session, now_ms = self.store.load_at(identity)
-        return (session is not None and session.status == "active"
-                and session.expires_at > from_ms(now_ms)
-                and session.execution_count < self.config.max_executions)
+        usable = (session is not None and session.status == "active"
+                  and session.expires_at > from_ms(now_ms)
+                  and session.execution_count < self.config.max_executions)
+        if session is not None and usable and self._gone(session):
+            self.mark_error(session, LOST)
+            return False
+        return usable
+
+    def reap_lost(self, tenant_id: str) -> int:
+        """Mark ``error`` the tenant's active sessions whose sandbox this manager's
+        provider knows to be gone (a local kernel of this host whose process ended), so
+        they no longer count against the cap; returns how many."""
+        count = 0
+        for identity in self.store.list_active_for_tenant(tenant_id):
+            session = self.store.load(identity)
+            if session is not None and session.status == "active" and self._gone(session):
+                self.mark_error(session, LOST)
+                count += 1
+        return count
+
+    def _gone(self, session: ExecutionSession) -> bool:
+        alive = getattr(self.provider, "alive", None)
+        return (session.provider == self.provider.name and alive is not None
+                and alive(info_of(session)) is False)
 
     # -- path lifecycle (the specification's table) ----------------------------------
 
@@ -291,6 +323,7 @@ class SessionManager:
                         session.sandbox_id, session.provider, self.provider.name)
         with self._lock:
             budget = self._budgets.pop(session.sandbox_id, None)
+            self._mine.pop(session.sandbox_id, None)
         if budget is not None:
             budget.close()  # closes it in Redis when this process opened it
         self.metrics.terminated.labels(reason=reason).inc()
@@ -320,11 +353,34 @@ class SessionManager:
         self.metrics.active.labels(tenant=tenant_id).set(len(active))
 
     def close(self) -> None:
-        """Let go of this process's budget handles and sandboxes (local kernels this
-        process started end with it; records are unchanged)."""
+        """End the sessions this manager created (each record terminated with reason
+        ``closed``, its sandbox killed, its budget context closed), then let go of the
+        other handles. :meth:`detach` lets go without ending them."""
+        with self._lock:
+            mine = list(self._mine.items())
+        for sandbox_id, identity in mine:
+            try:
+                self._close_one(identity, sandbox_id)
+            except SessionError as exc:  # Redis unreachable: the records expire by TTL
+                log.warning("session %s not ended at close: %s", identity, exc)
+        self.detach()
+
+    def _close_one(self, identity: ExecutionSessionIdentity, sandbox_id: str) -> None:
+        session = self.store.load(identity)
+        if session is None or session.sandbox_id != sandbox_id:
+            return
+        done = self.store.terminate(identity, "closed", sandbox_id=sandbox_id)
+        if done.kind == "ok":
+            self._ended(session, "closed")
+
+    def detach(self) -> None:
+        """Let go of this process's budget handles and sandboxes without ending any
+        session (an E2B sandbox meant to outlive the process; local kernels this process
+        started still end with it)."""
         with self._lock:
             budgets, self._budgets = list(self._budgets.values()), {}
             self._sandboxes.clear()
+            self._mine.clear()
         for budget in budgets:
             budget.detach()
         closer = getattr(self.provider, "close", None)

@@ -1,5 +1,5 @@
 """Base of shield hooks that record their own SafetyEvents (a specific ``event_type`` such
-as ``provider_rate_limit``) in the pipeline they are added to."""
+as ``provider_rate_limit``) in the pipeline they joined, however they were attached."""
 
 from __future__ import annotations
 
@@ -10,14 +10,20 @@ from .pipeline import ShieldPipeline, ToolCallContext
 
 
 class RecordingHook:
-    """A hook created with ``pipeline=`` adds itself to it and records its own events
-    there (ExecutionContext mirrors them into the chain's event log). A hook added to a
-    pipeline by hand gets the pipeline's generic events instead."""
+    """A hook that records its own events (a specific ``event_type``) in the pipeline it
+    joined: the one given as ``pipeline=`` (it adds itself), else the first it is added
+    to (ExecutionContext mirrors them into the chain's event log)."""
 
     def __init__(self, pipeline: ShieldPipeline | None = None) -> None:
-        self._pipeline = pipeline
+        self._pipeline: ShieldPipeline | None = None
         if pipeline is not None:
             pipeline.add_hook(self)
+
+    def joined(self, pipeline: ShieldPipeline) -> None:
+        """Called by ShieldPipeline.add_hook: record in ``pipeline`` from now on (in the
+        first one only, when added to several)."""
+        if self._pipeline is None:
+            self._pipeline = pipeline
 
     @property
     def records_own_events(self) -> bool:

@@ -54,13 +54,20 @@ class ShieldPipeline:
     SafetyEvent (hooks may also record their own through :meth:`record`)."""
 
     def __init__(self, *hooks: Any) -> None:
-        self.hooks = list(hooks)
+        self.hooks: list[Any] = []
         self._events: deque[SafetyEvent] = deque(maxlen=MAX_EVENTS)
         self._recorded = 0  # events ever recorded: a position for events_since
         self._lock = threading.Lock()
+        for hook in hooks:
+            self.add_hook(hook)
 
     def add_hook(self, hook: Any) -> None:
+        """Append a hook; a hook that records its own events (``joined``) records them
+        here, however it was attached: one refusal, one event type (docs/shield.md)."""
         self.hooks.append(hook)
+        joined = getattr(hook, "joined", None)
+        if joined is not None:
+            joined(self)
 
     def record(self, event: SafetyEvent) -> None:
         with self._lock:

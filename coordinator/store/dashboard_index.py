@@ -202,10 +202,14 @@ class DashboardIndex:
             pipe.set(self.ks.dash_alerted(root, threshold), "1", nx=True, ex=ttl_s)
         return [bool(r) for r in pipe.execute()]
 
+    def publish_alert(self, alert_json: str) -> None:
+        """Publish an alert that belongs to no context (a quota bucket's)."""
+        self.client.publish(self.ks.dash("alerts"), alert_json)
+
     def emit_alert(self, root: str, ctx_id: str, event_json: str, alert_json: str) -> None:
-        """Append the alert's SafetyEvent to the context's event stream and publish it."""
+        """Append the alert's SafetyEvent to the context's event list and publish it."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.xadd(self.ks.events(root, ctx_id), {"e": event_json}, maxlen=EVENT_STREAM_CAP,
-                  approximate=True)
+        pipe.rpush(self.ks.events(root, ctx_id), event_json)
+        pipe.ltrim(self.ks.events(root, ctx_id), -EVENT_STREAM_CAP, -1)
         pipe.publish(self.ks.dash("alerts"), alert_json)
         pipe.execute()

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from ..core.keys import DASH_SORTS, VIEW_SHARDS, KeySpace
+from .recent_entries import newest_entries
 from .topology import Client
 
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
@@ -56,19 +57,26 @@ class Page:
     hashes: list[dict[str, str]]
     rates: list[float]
     now_ms: int
+    scores: list[float]
+    """Each root's score in the index read (creation ms for the newest of all trees)."""
+    above: float | None
+    """The score of the tree ranked just before the page (None on the first page)."""
+    indexed: bool
+    """Read from the indexer's index (False: the library's open-tree shards)."""
 
 
 @dataclass(frozen=True)
 class TreeRead:
-    """A whole tree as read: hashes by context id, children, recent stream entries."""
+    """A whole tree as read: hashes by context id, children, recent node records and
+    events."""
 
     root: str
     hashes: dict[str, dict[str, str]]
     children: dict[str, list[str]]
     truncated: bool
-    nodes: list[tuple[str, str, str]]
-    """(stream id, context id, node JSON), newest first."""
-    events: list[tuple[str, str, str]]
+    nodes: list[tuple[str, str]]
+    """(context id, node JSON), newest first."""
+    events: list[tuple[str, str]]
     now_ms: int
 
 
@@ -138,12 +146,16 @@ class DashboardReads:
             total = sum(int(n) for n in res[0::2])
             newest = merge_shards(res[1::2], newest_first=True)
             roots = [r for r, _ in newest[offset:offset + limit]]
+            scores = [s for _, s in newest[offset:offset + limit]]
+            above, indexed = None, False
         else:
             key = self.ks.dash_index(sort, scope or "all")
             pipe.zcard(key)
-            pipe.zrevrange(key, offset, offset + limit - 1)
+            pipe.zrevrange(key, max(0, offset - 1), offset + limit - 1, withscores=True)
             total, found = pipe.execute()
-            roots = [str(r) for r in found]
+            above = float(found[0][1]) if offset and found else None
+            found = found[1:] if offset else found
+            roots, scores, indexed = [str(r) for r, _ in found], [float(s) for _, s in found], True
         pipe = self.client.pipeline(transaction=False)
         for root in roots:
             pipe.hmget(self.ks.ctx(root, root), self.row_fields)
@@ -153,7 +165,7 @@ class DashboardReads:
         res = pipe.execute()
         hashes = [fields_of(self.row_fields, v) for v in res[: len(roots)]]
         rates = [float(r or 0) for r in res[len(roots)]] if roots else []
-        return Page(int(total), roots, hashes, rates, redis_ms(res[-1]))
+        return Page(int(total), roots, hashes, rates, redis_ms(res[-1]), scores, above, indexed)
 
     def root_hashes(self, roots: Sequence[str]) -> tuple[list[dict[str, str]], int]:
         """The row fields of each root, and Redis time, in one round trip."""
@@ -180,7 +192,7 @@ class DashboardReads:
     def tree(self, root: str, *, max_contexts: int, recent: int) -> TreeRead:
         """The tree under ``root``, breadth first (one round trip per depth), at most
         ``max_contexts`` contexts; then the ``recent`` newest node records and events of
-        each of the first 100 contexts, in one more round trip."""
+        the whole tree (two round trips each, store/recent_entries.py) and Redis time."""
         hashes: dict[str, dict[str, str]] = {}
         children: dict[str, list[str]] = {}
         frontier, truncated = [root], False
@@ -201,22 +213,11 @@ class DashboardReads:
                 children[cid] = kids
                 nxt += kids
             frontier = nxt
-        shown = list(hashes)[:100]
-        pipe = self.client.pipeline(transaction=False)
-        for cid in shown:
-            pipe.xrevrange(self.ks.nodes(root, cid), count=recent)
-            pipe.xrevrange(self.ks.events(root, cid), count=recent)
-        pipe.time()
-        res = pipe.execute()
-        nodes: list[tuple[str, str, str]] = []
-        events: list[tuple[str, str, str]] = []
-        for i, cid in enumerate(shown):
-            nodes += [(str(sid), cid, str(f.get("n", ""))) for sid, f in res[2 * i]]
-            events += [(str(sid), cid, str(f.get("e", ""))) for sid, f in res[2 * i + 1]]
-        nodes.sort(key=lambda e: _stream_order(e[0]), reverse=True)
-        events.sort(key=lambda e: _stream_order(e[0]), reverse=True)
-        return TreeRead(root, hashes, children, truncated, nodes[:recent], events[:recent],
-                        redis_ms(res[-1]))
+        nodes = newest_entries(self.client, [(c, self.ks.nodes(root, c)) for c in hashes],
+                               recent)
+        events = newest_entries(self.client, [(c, self.ks.events(root, c)) for c in hashes],
+                                recent)
+        return TreeRead(root, hashes, children, truncated, nodes, events, self.now_ms())
 
     # -- spend, shield, counts -----------------------------------------------------------
 
@@ -285,8 +286,3 @@ class DashboardReads:
         return sum(int(n) for n in res[:VIEW_SHARDS]), {
             n: {str(k): int(v) for k, v in r.items()}
             for n, r in zip(names, res[VIEW_SHARDS:], strict=True)}
-
-
-def _stream_order(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)

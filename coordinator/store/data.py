@@ -36,13 +36,15 @@ class LevelRecord:
 
 @dataclass(frozen=True)
 class DataRefused:
-    """A refused data script: ``reason`` is ``missing`` (no such context), ``closed``
-    or ``too_large`` (``size`` bytes; ``key`` names the value when one value is too
-    large, else the context's data as a whole is)."""
+    """A refused data script: ``reason`` is ``missing`` (no such context), ``closed``,
+    ``too_large`` (``size`` bytes; ``key`` names the value when one value is too
+    large, else the context's data as a whole is) or ``state_corrupt`` (the stored
+    size, ``value``, is not a canonical integer)."""
 
     reason: str
     size: int = 0
     key: str | None = None
+    value: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def _refused(reply: Sequence[Any]) -> DataRefused:
     """A ``{0, reason, ...}`` reply (``too_large``: ``size``; a merge's ``value, key,
     size`` or ``<what>, size``)."""
     reason = str(reply[1])
+    if reason == "state_corrupt":
+        return DataRefused(reason, value=str(reply[3]))
     if reason != "too_large":
         return DataRefused(reason)
     if len(reply) >= 5 and str(reply[2]) == "value":

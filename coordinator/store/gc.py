@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 import redis
 
 from ..core.keys import KeySpace
+from ..core.labels import labels_of
 from ..core.paths import Path
+from .recent_entries import entry_ms
 from .retention import walk
 from .topology import Client
 from .tree import Store
+from .views import SPEND_LABELS, Views
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,8 @@ class IdleTree:
 class GcReport:
     """What a sweep found and did."""
 
+    open: int = 0
+    """Trees listed open, young ones included."""
     examined: int = 0
     """Open trees looked at (those created more than ``idle_s`` ago)."""
     idle: list[IdleTree] = field(default_factory=list)
@@ -47,15 +52,15 @@ def _last_activity_ms(client: Client, ks: KeySpace, root: str, contexts: list[st
     pipe = client.pipeline(transaction=False)
     for cid in contexts:
         pipe.hmget(ks.ctx(root, cid), "created_ms", "stopped_ms")
-        pipe.xrevrange(ks.nodes(root, cid), count=1)
+        pipe.lindex(ks.nodes(root, cid), -1)
     pipe.zrange(ks.leases(root), -1, -1, withscores=True)
     replies = pipe.execute()
     latest = 0
     for times in replies[0:-1:2]:
         latest = max([latest, *(int(t) for t in times if t and str(t).isdigit())])
     for last in replies[1:-1:2]:
-        if last:
-            latest = max(latest, int(str(last[0][0]).split("-")[0]))
+        if last is not None:
+            latest = max(latest, entry_ms(str(last)))
     if replies[-1]:
         latest = max(latest, int(replies[-1][0][1]))
     return latest
@@ -73,6 +78,7 @@ def sweep(store: Store, retention_s: int, idle_s: float, *, dry_run: bool = True
     cutoff = now_ms - idle_s * 1000
     report = GcReport(dry_run=dry_run)
     for shard in ks.roots_shards():
+        report.open += int(client.zcard(shard))
         for raw in client.zrangebyscore(shard, "-inf", cutoff, start=0, num=limit):
             root = str(raw)
             report.examined += 1
@@ -95,12 +101,16 @@ def _sweep_one(store: Store, retention_s: int, shard: str, root: str, now_ms: in
     last = _last_activity_ms(client, ks, root, contexts)
     if last > cutoff:
         return
-    spent = int(client.hget(ks.ctx(root, root), "u:usd") or 0)
+    spent_raw, meta = client.hmget(ks.ctx(root, root), "u:usd", "meta")
+    spent = int(spent_raw or 0)
     report.idle.append(IdleTree(root, (now_ms - last) / 1000, len(contexts), spent / 1e6))
     if report.dry_run:
         return
-    store.close(Path(root, (root,)), retention_s)  # expires the tree
+    spent_now = store.close(Path(root, (root,)), retention_s)  # expires the tree
     report.expired += 1
+    labels = labels_of(None if meta is None else str(meta))
+    Views(client, ks).add_closed_tree(  # the day's spend counts it, as an owner's close
+        spent_now, {k: labels.get(k) for k in SPEND_LABELS}, retention_s, root=root)
 
 
 def gc(store: Store, retention_s: int, idle_s: float, dry_run: bool) -> GcReport:

@@ -8,6 +8,8 @@ from typing import Any
 
 import redis
 
+from .backend_check import config_problem
+from .cluster_routing import relearn, serves_slots
 from .topology import Wires
 
 STALLED: tuple[type[BaseException], ...] = (
@@ -27,8 +29,16 @@ class BackendDown(ConnectionError):
 
 
 def is_stall(exc: BaseException) -> bool:
-    """True for an error that should open the backend breaker."""
-    return isinstance(exc, STALLED) and not isinstance(exc, BackendDown)
+    """True for an error that should open the backend breaker (not a configuration
+    error such as a refused password: Redis answered)."""
+    return (isinstance(exc, STALLED) and not isinstance(exc, BackendDown)
+            and config_problem(exc) is None)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """A reply that did not come in time (Redis may only be slow), as opposed to a
+    connection refused, reset or closed (Redis is not there)."""
+    return isinstance(exc, (redis.TimeoutError, TimeoutError))
 
 
 def set_timeouts(conn: Any, timeout_s: float) -> None:
@@ -37,10 +47,23 @@ def set_timeouts(conn: Any, timeout_s: float) -> None:
     conn.socket_connect_timeout = timeout_s
 
 
-def ping(wires: Wires, timeout_s: float) -> None:
-    """One PING on a fresh connection (to the primary, or a cluster's default node) with
-    ``timeout_s`` for connect and reply; raises when Redis does not answer in time."""
-    conn = wires.connection("")
+def probe(wires: Wires, node: str, timeout_s: float) -> None:
+    """The breaker's probe of ``node`` ('' for a single server): on a Cluster, the slot
+    map is re-learnt first, and a node that no longer serves slots passes (its calls now
+    go to the new primary); else one PING to it. Raises while it does not answer."""
+    if wires.is_cluster:
+        if not relearn(wires):
+            raise ConnectionError("no cluster node answers")
+        if node and not serves_slots(wires, node):
+            return
+    ping(wires, timeout_s, node)
+
+
+def ping(wires: Wires, timeout_s: float, node: str = "") -> None:
+    """One PING on a fresh connection (to the primary, or a cluster's ``node``, else its
+    default node) with ``timeout_s`` for connect and reply; raises when Redis does not
+    answer in time."""
+    conn = wires.connection(node)
     set_timeouts(conn, timeout_s)
     try:
         wires.ready(conn)

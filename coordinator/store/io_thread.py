@@ -16,6 +16,7 @@ from typing import Any
 from .errors import UNAVAILABLE
 from .health import BackendDown, is_stall
 from .requests import Blocking, Request, Reserve
+from .resend import round_trip_resending
 from .tree import Store
 
 log = logging.getLogger("coordinator")
@@ -42,14 +43,17 @@ class Item:
 class IOThread:
     """Runs requests on a background thread for asyncio callers (see :meth:`submit`).
 
-    ``allow`` says whether Redis may be tried now (the backend breaker): when it does not,
-    reserves fail at once with :class:`BackendDown`; ``failed`` hears every stall."""
+    ``allow(key)`` says whether the node serving ``key`` may be tried now (the backend
+    breaker): when it does not, reserves on it fail at once with :class:`BackendDown`;
+    ``failed(exc, key)`` hears every stall, ``succeeded(key)`` every answered reserve."""
 
-    def __init__(self, store: Store, allow: Callable[[], bool],
-                 failed: Callable[[BaseException], None]) -> None:
+    def __init__(self, store: Store, allow: Callable[[str | None], bool],
+                 failed: Callable[[BaseException, str | None], None],
+                 succeeded: Callable[[str | None], None]) -> None:
         self._store = store
         self._allow = allow
         self._failed = failed
+        self._succeeded = succeeded
         self._cond = threading.Condition()
         self._queue: list[Item] = []
         self._thread: threading.Thread | None = None
@@ -103,29 +107,35 @@ class IOThread:
             item.value = request.fn()
         except BaseException as exc:  # noqa: BLE001 - the waiting caller gets it
             if is_stall(exc):
-                self._failed(exc)
+                self._failed(exc, None)
             item.error = exc
 
     def _reserve_all(self, items: list[Item]) -> None:
-        """The reserves in one round trip; each caller gets its own reply."""
+        """The reserves whose node is not known down in one round trip (a Cluster's
+        nodes are sent to in turn); each caller gets its own reply."""
         store = self._store
-        if not self._allow():
-            for item in items:
+        for item in items:
+            if not self._allow(_key(store, item.request)):
                 item.error = BackendDown()
+        items = [item for item in items if item.error is None]
+        if not items:
             return
         requests = [item.request for item in items]
         ops = [store.reserve_op(r.path, r.reservation_id, r.amounts, r.keyed)
                for r in requests if isinstance(r, Reserve)]
         try:
-            replies = store.wire.round_trip(ops)
+            # a lost connection is replaced and the reserves sent again, but a timeout is
+            # not waited twice: the callers behind this round trip wait for it too
+            replies = round_trip_resending(store.wire, ops, resend=True, after_timeout=False)
         except BaseException as exc:  # noqa: BLE001 - every waiting caller gets it
             if is_stall(exc):
-                self._failed(exc)
+                self._failed(exc, _key(store, requests[0]))
             for item, r in zip(items, requests, strict=True):
                 item.error = exc
                 if isinstance(r, Reserve) and isinstance(exc, UNAVAILABLE):
                     store.unheard(r.path, r.reservation_id, r.keyed)
             return
+        self._succeeded(_key(store, requests[0]))
         for item, r, reply in zip(items, requests, replies, strict=True):
             assert isinstance(r, Reserve)
             try:
@@ -146,6 +156,11 @@ class IOThread:
                 loop.call_soon_threadsafe(_resolve, items)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 log.debug("dropping %d results for a closed event loop", len(items))
+
+
+def _key(store: Store, request: Request) -> str | None:
+    """A key of the reserve's tree (the backend breaker finds its node by it)."""
+    return store.ks.reservations(request.path.root) if isinstance(request, Reserve) else None
 
 
 def _resolve(items: list[Item]) -> None:

@@ -1,5 +1,6 @@
 """Budget slices in Redis (lease mode): take a slice, flush a batch of what its calls
-spent (returning the rest with the last one), reclaim a dead process's slice; each reply
+spent (returning the rest with the last one), reclaim a dead process's slice (its
+unflushed part charged as used, or given back on opt-in); each reply
 decoded once into a typed result."""
 
 from __future__ import annotations
@@ -82,18 +83,20 @@ class LeaseStore:
                 ks.ledger(root)]
         for cid in path.ids:
             keys += [ks.ctx(root, cid), ks.events(root, cid)]
-        keys.append(ks.slices(root))
+        keys += [ks.slices(root), ks.finished(root)]
         return keys
 
     def take_op(self, path: Path, slice_id: str, owner: str, owner_ms: int,
-                want: Mapping[str, tuple[int, int]]) -> Op:
+                want: Mapping[str, tuple[int, int]], *, return_on_expiry: bool) -> Op:
         """The op taking a slice for ``owner`` (counted among the tree's lessees for
-        ``owner_ms``): ``want`` maps a dimension to (amount wanted, least)."""
+        ``owner_ms``): ``want`` maps a dimension to (amount wanted, least);
+        ``return_on_expiry``: its unflushed part is given back, not charged, if its
+        process dies."""
         ks, root = self.ks, path.root
         keys = [ks.reservations(root), ks.leases(root), ks.slices(root), ks.lessees(root),
                 *(ks.ctx(root, cid) for cid in path.ids)]
         args: list[Any] = [slice_id, self.store.lease_ms, ",".join(path.ids), SHARE_DIVISOR,
-                           owner, owner_ms]
+                           owner, owner_ms, "1" if return_on_expiry else "0"]
         for dim, (amount, least) in want.items():
             args += [dim, amount, least]
         return Op("lease_take", keys, args)
@@ -127,10 +130,13 @@ class LeaseStore:
         self.wire.queue(op)
 
     def reclaim(self, root: str, slice_id: str, record: ReservationRecord) -> None:
-        """Queue the reclaim of an expired slice: flushed spend stays, the rest returns."""
+        """Queue the reclaim of an expired slice: flushed spend stays, the unflushed part
+        is charged as used (or given back, for a slice taken with ``return_on_expiry``;
+        the script sets the node's cost to what it charged)."""
         path = Path(root, record.path)
         now = time.time()
         node = {"node_id": slice_id, "kind": "llm", "operation_name": "(lease slice reclaimed)",
                 "start_ts": now, "end_ts": now, "status": "halted", "cost_usd": 0.0}
         self.wire.queue(Op("lease_return", self._keys(path),
-                           [slice_id, json.dumps(node), NODE_STREAM_CAP]))
+                           [slice_id, json.dumps(node), NODE_STREAM_CAP,
+                            self.ks.abort_channel, self.ks.ledger_channel]))

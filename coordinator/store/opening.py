@@ -72,9 +72,11 @@ def decode_open(reply: list[Any]) -> Opened | OpenRefused:
 
 def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_json: str,
                  config_json: str, timeout_ms: int, deadline_ms: int,
-                 triples: Sequence[str | int]) -> Opened | OpenRefused:
+                 triples: Sequence[str | int], fields: Sequence[str | int] = ()
+                 ) -> Opened | OpenRefused:
     """Create a context (and its locator entry, in the same round trip), or say why not.
-    ``meta_json`` and ``config_json`` are recorded as given.
+    ``meta_json`` and ``config_json`` are recorded as given; ``fields`` (field, value,
+    ...) are written into the new hash by the same script (a root's quota buckets).
 
     Context ids are unique across trees, not only within one: the locator is claimed
     with ``SET NX`` (and read back) ahead of the script, so the first open of an id
@@ -92,7 +94,8 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     ]
     args = [
         path.ctx_id, path.parent_id or "", ",".join(path.ids),
-        request_id, meta_json, config_json, timeout_ms, deadline_ms, *triples,
+        request_id, meta_json, config_json, timeout_ms, deadline_ms, len(fields) // 2,
+        *fields, *triples,
     ]
     # The claim goes first: whoever's SET lands first owns the id, whatever the
     # order in which the scripts run. (SET NX, then GET: NX and GET in one SET need

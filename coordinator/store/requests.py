@@ -21,6 +21,8 @@ class Reserve:
     reservation_id: str
     amounts: Sequence[str | int]
     keyed: bool
+    resend: bool = True
+    """Sent once more if the first attempt got no answer (the call has time for it)."""
 
 
 @dataclass(frozen=True)
@@ -42,4 +44,5 @@ def run_here(request: Request) -> Any:
 
 
 def reserve_now(r: Reserve) -> Held | Refused | Replayed:
-    return r.store.reserve(r.path, r.reservation_id, r.amounts, keyed=r.keyed)
+    return r.store.reserve(r.path, r.reservation_id, r.amounts, keyed=r.keyed,
+                           resend=r.resend)

@@ -35,10 +35,10 @@ def _context_keys(ks: KeySpace, root: str, ctx_id: str) -> Iterator[str]:
 def tree_keys(ks: KeySpace, root: str, contexts: list[str]) -> list[str]:
     """Every key of a tree: each context's hash, streams, children, locator and context
     data, and the tree's own (reservations, leases, ledger, finished and keyed outcomes,
-    checkpoints, causal chain)."""
+    spend by model, checkpoints, causal chain)."""
     keys = [k for cid in contexts for k in _context_keys(ks, root, cid)]
     return keys + [ks.reservations(root), ks.leases(root), ks.ledger(root), ks.done(root),
-                   ks.finished(root), *DataKeys(ks).tree_keys(root)]
+                   ks.finished(root), ks.by_model(root), *DataKeys(ks).tree_keys(root)]
 
 
 def expire_tree(client: Client, ks: KeySpace, root: str, retention_s: int) -> int:

@@ -12,9 +12,11 @@ from ..core.script_constants import LUA_CONSTANTS
 from .topology import Client
 
 SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window", "event_once", "propagate",
+                "breaker_check", "breaker_record", "window", "event_once", "append", "refusal",
+                "propagate",
                 "data_read", "data_write", "data_merge", "data_spawn", "data_snapshot",
-                "lease_take", "lease_flush", "lease_return")
+                "lease_take", "lease_flush", "lease_return", "repair", "quota_set",
+                "quota_take", "quota_settle", "quota_renew", "quota_grant", "quota_end")
 
 
 def lua_dir() -> Path:
@@ -40,10 +42,13 @@ def prelude() -> str:
 
 
 def script_source(name: str) -> str:
-    """The source registered for ``name``: the prelude of shared constants, lib.lua (and
-    data_lib.lua for the context-data scripts ``data_*``), then the script itself."""
+    """The source registered for ``name``: the prelude of shared constants, lib.lua,
+    quota_lib.lua (and data_lib.lua for the context-data scripts ``data_*``), then the
+    script itself."""
     folder = lua_dir()
-    libs = ["lib.lua", "data_lib.lua"] if name.startswith("data_") else ["lib.lua"]
+    libs = ["lib.lua", "quota_lib.lua"]
+    if name.startswith("data_"):
+        libs.append("data_lib.lua")
     parts = [(folder / lib).read_text() for lib in libs]
     return prelude() + "\n".join([*parts, (folder / f"{name}.lua").read_text()])
 

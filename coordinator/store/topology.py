@@ -11,7 +11,9 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
+from ..core.redaction import redact_url
 from ..errors import TopologySettingError, TopologyURLError
+from .backend_check import check_server
 
 Client = redis.Redis | RedisCluster
 """A client the Coordinator accepts: ``Redis`` (also ``Sentinel.master_for(...)``) or
@@ -21,6 +23,14 @@ CLIENT_OPTIONS: dict[str, Any] = {"decode_responses": True, "socket_connect_time
                                   "socket_timeout": 5.0}
 _SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster",
             "rediss+cluster")
+
+
+class _BadPart(ValueError):
+    """A part of a URL that cannot work (turned into TopologyURLError with the URL)."""
+
+    def __init__(self, part: str, why: str) -> None:
+        super().__init__(why)
+        self.part, self.why = part, why
 
 
 @dataclass(frozen=True)
@@ -48,9 +58,9 @@ def _endpoints(netloc: str, default_port: int) -> tuple[list[Endpoint], str | No
         try:
             out.append(Endpoint(host or "localhost", int(port) if port else default_port))
         except ValueError:
-            raise TopologyURLError(part, "the port is not a number") from None
+            raise _BadPart(part, "the port is not a number") from None
     if not out:
-        raise TopologyURLError(netloc, "the URL names no host")
+        raise _BadPart(netloc, "the URL names no host")
     return out, user, password
 
 
@@ -59,7 +69,8 @@ def _flag(query: dict[str, list[str]], name: str) -> bool:
 
 
 def client_from_url(url: str, **options: Any) -> Client:
-    """The client for ``url``:
+    """The client for ``url`` (a URL that cannot work raises TopologyURLError naming it,
+    its passwords shown as ``**``):
 
     - ``redis://[user:pass@]host:port/db``, ``rediss://`` (TLS), ``unix://``: one server;
       a cluster node (``cluster_enabled:1``) gets a ``RedisCluster`` seeded with it, and
@@ -71,11 +82,19 @@ def client_from_url(url: str, **options: Any) -> Client:
     - ``redis+cluster://[user:pass@]h1:p1,h2:p2`` (``rediss+cluster`` for TLS): a cluster
       seeded with those nodes.
     """
-    opts = {**CLIENT_OPTIONS, **options}
+    try:
+        return _client(url, {**CLIENT_OPTIONS, **options})
+    except _BadPart as exc:
+        raise TopologyURLError(redact_url(url), exc.why, exc.part) from None
+
+
+def _client(url: str, opts: dict[str, Any]) -> Client:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
+    if not url.strip():
+        raise _BadPart("", "no Redis URL given (BUDGET_REDIS_URL, REDIS_URL, or a URL)")
     if scheme not in _SCHEMES:
-        raise TopologyURLError(parts.scheme, "unsupported Redis URL scheme (one of "
+        raise _BadPart(parts.scheme, "unsupported Redis URL scheme (one of "
                                f"{', '.join(s + '://' for s in _SCHEMES)})")
     query = parse_qs(parts.query)
     if scheme.endswith("+sentinel"):
@@ -84,23 +103,28 @@ def client_from_url(url: str, **options: Any) -> Client:
     if scheme.endswith("+cluster") or _flag(query, "cluster"):
         nodes, user, password = _endpoints(parts.netloc, 6379)
         if parts.path.strip("/") not in ("", "0"):
-            raise TopologyURLError(parts.path, "Redis Cluster has only database 0")
+            raise _BadPart(parts.path, "Redis Cluster has only database 0")
         return RedisCluster(
             startup_nodes=[ClusterNode(e.host, e.port)  # type: ignore[no-untyped-call]
                            for e in nodes], username=user,
             password=password, ssl=scheme.startswith("rediss") or _flag(query, "ssl"),
             **opts)
-    plain = redis.Redis.from_url(url, health_check_interval=30, **opts)
-    return _cluster_if_node(plain, opts)
+    try:
+        plain = redis.Redis.from_url(url, health_check_interval=30, **opts)
+    except ValueError as exc:  # redis-py's own refusals (a port out of range, ...)
+        raise _BadPart("", str(exc)) from None
+    return _cluster_if_node(plain, opts, url)
 
 
-def _cluster_if_node(client: redis.Redis, opts: dict[str, Any]) -> Client:
+def _cluster_if_node(client: redis.Redis, opts: dict[str, Any], url: str) -> Client:
     """``client`` itself, or a ``RedisCluster`` seeded with it when its server is a
     cluster node (one INFO; an unreachable server is taken as a single one: calls fail
-    closed until it answers)."""
+    closed until it answers). A configuration error raises ``BackendConfigError``."""
     try:
         info = client.info("cluster")
-    except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError):
+    except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError,
+            redis.exceptions.InvalidResponse) as exc:
+        check_server(client, url, exc)
         return client
     if not info.get("cluster_enabled"):
         return client
@@ -112,18 +136,18 @@ def _cluster_if_node(client: redis.Redis, opts: dict[str, Any]) -> Client:
                         **opts)
 
 
-def _sentinel_client(netloc: str, path: str, query: dict[str, list[str]], *, tls: bool,
-                     **opts: Any) -> redis.Redis:
+def _sentinel_client(netloc: str, path: str, query: dict[str, list[str]], *,
+                     tls: bool, **opts: Any) -> redis.Redis:
     sentinels, user, password = _endpoints(netloc, 26379)
     segments = [s for s in path.split("/") if s]
     if not segments:
-        raise TopologyURLError(path, "redis+sentinel:// needs the service name: "
+        raise _BadPart(path, "redis+sentinel:// needs the service name: "
                                "redis+sentinel://host:26379,host:26379/<service>[/db]")
     service = unquote(segments[0])
     try:
         db = int(segments[1]) if len(segments) > 1 else int(query.get("db", ["0"])[-1])
     except ValueError:
-        raise TopologyURLError(path, "the database is not a number") from None
+        raise _BadPart(path, "the database is not a number") from None
     sentinel_kwargs = {k: v for k, v in (
         ("password", query.get("sentinel_password", [None])[-1]),
         ("username", query.get("sentinel_username", [None])[-1]),

@@ -11,10 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..core.keys import VIEW_SHARDS, KeySpace, shard_of
+from .model_spend import add_closed_models
+from .state_check import canonical_int, readable
 from .topology import Client
 
 SPEND_LABELS = ("org", "team", "service")
 """The labels whose closed trees' spend is kept per UTC day."""
+TOTAL = "total"
+"""The day's view of every closed tree: fields ``all`` and ``unlabelled`` (the trees with
+none of SPEND_LABELS)."""
 
 
 def utc_day() -> str:
@@ -23,8 +28,7 @@ def utc_day() -> str:
 
 
 def _int(value: object) -> int:
-    text = str(value) if value is not None else ""
-    return int(text) if text.isdigit() else 0
+    return canonical_int(str(value) if value is not None else None) or 0
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,14 @@ class Views:
                  for (created, root), h in zip(candidates, hashes, strict=True) if h]
         return sorted(trees, key=_ORDER[sort])[:limit], total, len(candidates)
 
+    def burn_rates(self, roots: Sequence[str]) -> dict[str, float]:
+        """USD per minute over the last minute of each root, as the dashboard's indexer
+        last computed it (roots it has not rated are left out; none without an indexer)."""
+        if not roots:
+            return {}
+        values = self.client.hmget(self.ks.dash("rate"), list(roots))
+        return {r: float(v) for r, v in zip(roots, values, strict=True) if v is not None}
+
     def roots_with_prefix(self, prefix: str, limit: int = 2) -> list[str]:
         """Up to ``limit`` ids of open trees' roots starting with ``prefix``: one pass over
         each shard of the open-trees index (ZSCAN with MATCH, filtered in Redis), never the
@@ -128,13 +140,14 @@ class Views:
 
     def read_contexts(self, refs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
         """The hashes of contexts given as (root id, context id), possibly of many trees,
-        in one round trip per 500 ({} for a context whose keys are gone)."""
+        in one round trip per 500 ({} for a context whose keys are gone), corrupt numbers
+        read as 0 (state_check.readable)."""
         out: list[dict[str, str]] = []
         for start in range(0, len(refs), 500):
             pipe = self.client.pipeline(transaction=False)
             for root, ctx_id in refs[start:start + 500]:
                 pipe.hgetall(self.ks.ctx(root, ctx_id))
-            out += [{str(k): str(v) for k, v in h.items()} for h in pipe.execute()]
+            out += [readable({str(k): str(v) for k, v in h.items()}) for h in pipe.execute()]
         return out
 
     def read_level(self, root: str, ids: Sequence[str]
@@ -170,17 +183,31 @@ class Views:
                 out[str(k)] = out.get(str(k), 0) + int(v)
         return out
 
+    def spend_totals(self, day: str | None = None) -> dict[str, int]:
+        """``{"all": micro, "unlabelled": micro}`` of the trees closed on ``day`` (UTC;
+        default today): every one, and those with none of SPEND_LABELS."""
+        view = self.spend_view(TOTAL, day)
+        return {"all": view.get("all", 0), "unlabelled": view.get("unlabelled", 0)}
+
     def add_closed_tree(self, spent: int, labels: Mapping[str, str | None],
                         retention_s: int, *, root: str = "") -> None:
         """Add a closed tree's spend (micro-USD) to today's views named by ``labels``
-        (``org``, ``team``, ``service``; empty values are skipped), in the shard of
-        ``root``. One round trip; the views expire after ``retention_s``."""
-        views = {k: v for k, v in labels.items() if v}
-        if not spent or not views:
+        (``org``, ``team``, ``service``; empty values are skipped) and to the day's
+        total (``unlabelled`` too when no label is set) and, by provider and model, to
+        the ``model`` view (store/model_spend.py), in the shard of ``root``. Three round
+        trips; the views expire after ``retention_s``."""
+        views: dict[str, str] = {k: v for k, v in labels.items() if v}
+        if not spent:
             return
         day, shard = utc_day(), shard_of(root)
         pipe = self.client.pipeline(transaction=False)
+        total = self.ks.spend_by(TOTAL, day, shard)
+        pipe.hincrby(total, "all", spent)
+        if not views:
+            pipe.hincrby(total, "unlabelled", spent)
+        pipe.expire(total, retention_s)
         for label, value in views.items():
             pipe.hincrby(self.ks.spend_by(label, day, shard), value, spent)
             pipe.expire(self.ks.spend_by(label, day, shard), retention_s)
         pipe.execute()
+        add_closed_models(self.client, self.ks, root, spent, day, retention_s)

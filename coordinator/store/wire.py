@@ -14,38 +14,17 @@ from typing import Any
 import redis
 
 from ..core.script_constants import EVENT_STREAM_CAP
-from .errors import MOVED
+from .cluster_routing import not_replicated, queued_for_nodes
+from .errors import MOVED, tag_node
 from .health import set_timeouts
+from .lateness import Lateness
 from .scripts import Scripts
-from .topology import Client, Durability, NotReplicatedError, Wires
-
-_pack_command: Callable[[tuple[Any, ...]], bytes] | None
-try:
-    from hiredis import pack_command as _pack_command
-except ImportError:  # pure-Python parser: let redis-py pack
-    _pack_command = None
+from .topology import Client, Durability, Wires
+from .wire_conn import ThreadConn, pack, read_reply
 
 MAX_ATTEMPTS = 5
 """How many times a queued write is sent before it is given up (its lease then charges
 the estimate)."""
-
-
-def _pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
-    """RESP bytes of several commands, for Connection.send_packed_command."""
-    if _pack_command is not None:
-        return [b"".join(_pack_command(c) for c in commands)]
-    return list(redis.Connection().pack_commands(commands))  # type: ignore[no-untyped-call]
-
-
-def _read_reply(conn: Any) -> Any:
-    try:
-        return conn.read_response()
-    except redis.ResponseError as exc:
-        if "OOM command not allowed" in str(exc) and not isinstance(
-                exc, redis.exceptions.OutOfMemoryError):
-            # Redis before 7 reports a full Redis inside a script as a script error
-            return redis.exceptions.OutOfMemoryError(str(exc))
-        return exc
 
 
 def raise_errors(results: Sequence[Any]) -> None:
@@ -68,6 +47,9 @@ class Op:
     attempts: int = field(default=0)
     on_reply: Callable[[Any], object] | None = field(default=None, compare=False)
     """Called with the reply of a write-behind or queued op once it is acknowledged."""
+    late_at: int | None = None
+    """A settle's or release's: where in ``args`` its late flag goes (lateness.py)."""
+    first_sent: float = 0.0
 
     @property
     def key(self) -> str | None:
@@ -77,8 +59,7 @@ class Op:
         return str(self.args[1]) if self.kind == "cmd" and len(self.args) > 1 else None
 
 
-_WAIT = Op("wait", [], [])
-"""A WAIT after the ops it covers (replicated durability)."""
+_WAIT = Op("wait", [], [])  # a WAIT after the ops it covers (replicated durability)
 
 
 def command(*args: Any) -> Op:
@@ -86,21 +67,13 @@ def command(*args: Any) -> Op:
     return Op("cmd", [], list(args))
 
 
-class _Conn:
-    """One thread's own connection, with the ops sent on it whose replies are unread."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.lock = threading.Lock()
-        self.unacked: list[Op] = []
-
-
 class Wire:
     """Round trips and write-behind for one Redis client, and the reservations in flight
     (sent by this process and not yet finished) whose leases need renewing."""
 
-    def __init__(self, client: Client, scripts: Scripts) -> None:
+    def __init__(self, client: Client, scripts: Scripts, lease_ms: int) -> None:
         self.client = client
+        self.lateness = Lateness(lease_ms)
         self.scripts = scripts
         self.topology = Wires(client)
         self.durability = Durability()
@@ -108,7 +81,7 @@ class Wire:
         self._lock = threading.Lock()
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
         self._local = threading.local()
-        self._conns: list[_Conn] = []
+        self._conns: list[ThreadConn] = []
         # Batches of queued writes taken off the queue and not yet landed, by number: a
         # read waits for those taken before it (read-your-writes).
         self._batch_seq = 0
@@ -123,9 +96,11 @@ class Wire:
     def track(self, reservation_id: str, root: str) -> None:
         """A reservation now held in ``root``'s tree: renew its lease until it finishes."""
         self._inflight[reservation_id] = root
+        self.lateness.confirm((reservation_id,))
 
     def untrack(self, reservation_id: str) -> None:
         self._inflight.pop(reservation_id, None)
+        self.lateness.forget(reservation_id)
 
     def inflight_by_root(self) -> dict[str, list[str]]:
         """The reservations in flight, by the root of their tree."""
@@ -157,33 +132,17 @@ class Wire:
         with self._lock:
             self._pending.append(op)
 
-    def send_behind(self, op: Op) -> None:
-        """Write-behind: send ``op`` now on this thread's connection and read its reply
-        later (with the thread's next round trip, or the flusher's drain). Redis runs it
-        while the caller goes on."""
-        conn = self._conn(self.topology.node_of(op.key))
-        sent = [op, _WAIT] if self.durability.waits else [op]
-        with conn.lock:
-            try:
-                self.topology.ready(conn.conn)
-                conn.conn.send_packed_command(_pack([self._command(o) for o in sent]))
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                conn.conn.disconnect()
-                owed, conn.unacked = conn.unacked, []
-                self._requeue([o for o in (*owed, op) if o is not _WAIT])
-                return
-            conn.unacked += sent
-
-    def flush(self) -> None:
+    def flush(self, along: Sequence[Op] = ()) -> None:
         """Make every write-behind op land: read the replies owed on every connection,
-        wait for the queued writes other threads are sending, and send what is queued.
+        wait for the queued writes other threads are sending, and send what is queued
+        (on a Cluster, with ``along``, only what is queued for the nodes of ``along``).
         Raises if Redis is unreachable; the writes stay queued."""
-        self._send_queued([], None, after_earlier=True)
+        self._send_queued([], None, after_earlier=True, along=along)
 
     # -- read-your-writes ----------------------------------------------------------------
 
     def _send_queued(self, ops: Sequence[Op], reads: Callable[[Any], None] | None, *,
-                     after_earlier: bool) -> list[Any]:
+                     after_earlier: bool, along: Sequence[Op] = ()) -> list[Any]:
         """:meth:`round_trip`; with ``after_earlier``, every write this process made
         before the call lands first: the replies owed on each of its connections are
         read, and the batches of queued writes that other threads (the flusher) took off
@@ -193,7 +152,7 @@ class Wire:
                 self._forget_parent_locked()
                 conns = list(self._conns)
             self._drain(conns)
-        pending, batch, taken_at = self._take_pending()
+        pending, batch, taken_at = self._take_pending(along or (ops if reads is None else ()))
         try:
             if after_earlier:
                 self._await_batches(taken_at, batch)
@@ -268,7 +227,8 @@ class Wire:
         if op.kind == "xadd":
             return ("XADD", op.keys[0], "MAXLEN", "~", EVENT_STREAM_CAP, "*", *op.args)
         sha = self.scripts.by_name[op.kind].sha
-        return ("EVALSHA", sha, len(op.keys), *op.keys, *op.args)
+        args = op.args if op.late_at is None else self.lateness.args(op)
+        return ("EVALSHA", sha, len(op.keys), *op.keys, *args)
 
     def _send_raw(self, ops: Sequence[Op]) -> list[Any]:
         """The hot path: the commands packed into one write on this thread's own
@@ -286,7 +246,7 @@ class Wire:
                 out[i] = reply
         return out
 
-    def _send_conn(self, conn: _Conn, ops: Sequence[Op]) -> list[Any]:
+    def _send_conn(self, conn: ThreadConn, ops: Sequence[Op]) -> list[Any]:
         """``ops`` packed into one write on ``conn``, the replies read in order. Replies
         still owed to earlier write-behind sends on that connection are read first and
         acknowledged. (redis-py's Pipeline and pool bookkeeping cost more than the round
@@ -297,11 +257,13 @@ class Wire:
             earlier, conn.unacked = conn.unacked, []
             try:
                 self.topology.ready(conn.conn)
-                conn.conn.send_packed_command(_pack([self._command(op) for op in sent]))
-                acks = [_read_reply(conn.conn) for _ in earlier]
-                out = [_read_reply(conn.conn) for _ in sent]
-            except BaseException:
-                conn.conn.disconnect()  # a half-read connection must not be reused as is
+                conn.dropped = False
+                conn.conn.send_packed_command(pack([self._command(op) for op in sent]))
+                acks = [read_reply(conn.conn) for _ in earlier]
+                out = [read_reply(conn.conn) for _ in sent]
+            except BaseException as exc:  # a half-read connection must not be reused as is
+                tag_node(exc, conn.node)  # the breaker opens for this node only
+                conn.drop()
                 # they may or may not have run: all idempotent
                 self._requeue([o for o in earlier if o is not _WAIT])
                 raise
@@ -309,14 +271,13 @@ class Wire:
             # (a failed one back in the queue) once it gets the lock
             self._acknowledge(earlier, acks)
         if len(sent) > len(ops) and not self._replicated(out[-1]):
-            raise NotReplicatedError(f"WAIT: {out[-1]} of {self.durability.replicas} "
-                                     f"replicas within {self.durability.timeout_ms} ms")
+            raise not_replicated(out[-1], self.durability, conn.node)
         return out[: len(ops)]
 
     def _replicated(self, wait_reply: Any) -> bool:
         return isinstance(wait_reply, int) and wait_reply >= self.durability.replicas
 
-    def _drain(self, conns: Sequence[_Conn]) -> None:
+    def _drain(self, conns: Sequence[ThreadConn]) -> None:
         """Read the replies owed on ``conns`` and acknowledge them."""
         for conn in conns:
             if not conn.unacked:
@@ -324,9 +285,9 @@ class Wire:
             with conn.lock:
                 owed, conn.unacked = conn.unacked, []
                 try:
-                    acks = [_read_reply(conn.conn) for _ in owed]
+                    acks = [read_reply(conn.conn) for _ in owed]
                 except (redis.ConnectionError, redis.TimeoutError, OSError):
-                    conn.conn.disconnect()
+                    conn.drop()
                     self._requeue([o for o in owed if o is not _WAIT])
                     continue
                 # under the lock: a reader draining this connection finds them
@@ -363,21 +324,21 @@ class Wire:
                 if op.on_reply is not None:
                     op.on_reply(res)
                 if op.reservation_id:
-                    self._inflight.pop(op.reservation_id, None)
+                    self.untrack(op.reservation_id)
         if failed:
             self._requeue(failed)
 
-    def _conn(self, node: str = "") -> _Conn:
+    def _conn(self, node: str = "") -> ThreadConn:
         """This thread's connection to ``node`` (see Wires.node_of)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             local.conns, local.pid = {}, os.getpid()
-        conn: _Conn | None = local.conns.get(node)
+        conn: ThreadConn | None = local.conns.get(node)
         if conn is None:
             raw = self.topology.connection(node)
             if self.hot_timeout_s is not None:
                 set_timeouts(raw, self.hot_timeout_s)
-            conn = local.conns[node] = _Conn(raw)
+            conn = local.conns[node] = ThreadConn(raw, node)
             with self._lock:
                 self._forget_parent_locked()
                 self._conns.append(conn)
@@ -390,12 +351,12 @@ class Wire:
             self._conns, self._conns_pid = [], os.getpid()
             self._open_batches.clear()
 
-    def _take_pending(self) -> tuple[list[Op], int, int]:
-        """The queued writes, the number of their batch (0 when there are none),
-        registered as in flight in the same step, and the last batch number taken."""
+    def _take_pending(self, along: Sequence[Op]) -> tuple[list[Op], int, int]:
+        """The queued writes (for the nodes of ``along`` if any), their batch number (0
+        if none; registered as in flight in the same step), the last batch number."""
         with self._lock:
             self._forget_parent_locked()
-            ops, self._pending = self._pending, []
+            ops, self._pending = queued_for_nodes(self.topology, self._pending, along)
             if ops:
                 self._batch_seq += 1
                 self._open_batches.add(self._batch_seq)

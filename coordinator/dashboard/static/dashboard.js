@@ -1,7 +1,9 @@
 // Live updates: one EventSource per page, fed by the dashboard process's single Redis
 // subscription. On a change that concerns this page, the page's live region is
-// re-rendered by the server (escaped there) and swapped in; a slow refresh covers
-// anything missed. No other script runs on these pages.
+// re-rendered by the server (escaped there) and swapped in, from a read begun after the
+// change (`since`); a slow refresh covers anything missed. The stream says every second
+// whether Redis answers: the dot turns red, "disconnected, last update N s ago", when it
+// does not or when the stream itself goes quiet. No other script runs on these pages.
 (function () {
   "use strict";
   var body = document.body;
@@ -15,18 +17,28 @@
   var tenant = body.getAttribute("data-tenant") || "";
   var dot = document.getElementById("live-state");
   var source = null, watched = "", pending = null, inflight = false, again = false;
-  var trailing = null;
+  var since = 0, lastUpdate = Date.now(), lastHeard = Date.now(), down = false;
 
   function roots() {
     var el = region.querySelector("[data-roots]");
     return el ? el.getAttribute("data-roots") : "";
   }
-  function openIds() {
-    var closed = {};
+  function openStates() {  // what the operator opened or closed survives a refresh
+    var states = {};
     region.querySelectorAll("details[data-id]").forEach(function (d) {
-      if (!d.open) { closed[d.getAttribute("data-id")] = true; }
+      states[d.getAttribute("data-id")] = d.open;
     });
-    return closed;
+    return states;
+  }
+  function show() {
+    if (down) {
+      var s = Math.round((Date.now() - lastUpdate) / 1000);
+      dot.className = "live-state off";
+      dot.textContent = "\u25cf disconnected, last update " + s + " s ago";
+    } else {
+      dot.className = "live-state on";
+      dot.textContent = "\u25cf live";
+    }
   }
   function connect() {
     watched = roots();
@@ -34,17 +46,22 @@
     var url = base + "/api/live?view=" + encodeURIComponent(kind) +
       "&tenant=" + encodeURIComponent(tenant) + "&roots=" + encodeURIComponent(watched);
     source = new EventSource(url);
-    // Once the stream is open, every later change reaches this page; one refresh
-    // catches what changed before (between the page's render and now, or while the
-    // stream was reconnecting).
-    source.onopen = function () { dot.className = "live-state on"; schedule(0); };
-    source.onerror = function () { dot.className = "live-state off"; };
-    source.onmessage = function () {
+    // The server tells a new stream to refresh once after its first reading of the
+    // page's trees: what changed before it is shown, every later change is reported.
+    source.onerror = function () { down = true; show(); };
+    source.onmessage = function (event) {
+      var msg = {};
+      try { msg = JSON.parse(event.data); } catch (e) { return; }
+      lastHeard = Date.now();
+      if (msg.type === "status") {
+        if (msg.redis && down) { schedule(0); }  // back: show what changed meanwhile
+        down = !msg.redis;
+        if (!down) { lastUpdate = Date.now(); }
+        show();
+        return;
+      }
+      if (msg.at && msg.at > since) { since = msg.at; }
       schedule(150);
-      // The server shares identical reads for 0.25 s: one more refresh after that
-      // shows a read made after the event, even if the first one got a shared read.
-      clearTimeout(trailing);
-      trailing = setTimeout(function () { schedule(0); }, 400);
     };
   }
   function schedule(ms) {
@@ -58,18 +75,21 @@
     var url = new URL(window.location.href);
     url.searchParams.set("fragment", "1");
     url.searchParams.delete("msg");
+    if (since) { url.searchParams.set("since", String(since)); }
     fetch(url.toString(), {credentials: "same-origin", headers: {"Accept": "text/html"}})
       .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
       .then(function (html) {
-        var closed = openIds();
+        var states = openStates();
         region.innerHTML = html;
         region.querySelectorAll("details[data-id]").forEach(function (d) {
-          if (closed[d.getAttribute("data-id")]) { d.open = false; }
+          var id = d.getAttribute("data-id");
+          if (Object.prototype.hasOwnProperty.call(states, id)) { d.open = states[id]; }
         });
         body.setAttribute("data-refreshed", String(Date.now()));
+        lastUpdate = Date.now();
         if (roots() !== watched) { connect(); }
       })
-      .catch(function () { dot.className = "live-state off"; })
+      .catch(function () { down = true; show(); })
       .then(function () {
         inflight = false;
         if (again) { again = false; schedule(0); }
@@ -77,4 +97,8 @@
   }
   connect();
   setInterval(function () { schedule(0); }, 10000);  // the slow fallback
+  setInterval(function () {  // a quiet stream (the dashboard gone) is a disconnection too
+    if (Date.now() - lastHeard > 4000) { down = true; }
+    show();
+  }, 1000);
 })();

@@ -170,6 +170,19 @@ class LocalKernelProvider:
             self._open[info.sandbox_id] = sandbox
         return sandbox
 
+    def alive(self, info: SandboxInfo) -> bool | None:
+        """Whether the session's kernel still runs (None: it lives on another host)."""
+        if info.host != self.host_id:
+            return None
+        with self._lock:
+            known = self._open.get(info.sandbox_id)
+        if known is not None:
+            return known.alive()
+        conn_file = info.connection.get("connection_file", "")
+        pid = info.connection.get("pid", "")
+        return bool(conn_file and pid.isdigit() and Path(conn_file).is_file()
+                    and pid_alive(int(pid), conn_file))
+
     def kill(self, info: SandboxInfo) -> bool:
         if info.host != self.host_id:
             raise SandboxElsewhereError(info.sandbox_id, info.host, self.host_id)

@@ -1,0 +1,218 @@
+"""After a call's function ran: what it is charged (core/charging_rules.py) and what it
+counts, exactly one of: a retry when it raised a retryable error, else a step (it
+returned, raised an error that is not retryable or a tool's limit error, or was
+cancelled), and how the wrap ends. Generators of store requests, like
+call.py's ``begin``; the wrap loops (wrap.py) run them."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from ..core.amounts import actual_amounts, micro_to_usd, usd_to_micro
+from ..core.charging_rules import Charge, Ended, charge
+from ..core.usage import Usage, usage_from_response
+from ..errors import (
+    DeadlineExceededError,
+    InvalidCostError,
+    InvalidUsageError,
+    TokenBudgetExceededError,
+)
+from ..models import Decision
+from ..store.requests import Blocking
+from .call import Call, Outcome, finish, node, record_capability
+from .cancellation import CancelledByContext
+from .failures import CallerBug, note_failure, note_once, retryable
+from .steps import Steps
+
+# Errors raised by tool code that mean "a limit stops me" (the Limits specification).
+_LIMIT_ERRORS: dict[type[Exception], str] = {
+    DeadlineExceededError: "timeout",
+    TokenBudgetExceededError: "token_budget_exceeded",
+}
+_INVALID = (InvalidCostError, InvalidUsageError)
+
+
+def charged(call: Call, usage: Usage | None, ended: Ended, invalid: str | None) -> Charge:
+    """The call's charge by the rule; records ``usage_unpriced`` (once per context and
+    model) and ``invalid_usage`` (once per context and error type)."""
+    state, opts = call.state, call.options
+    ch = charge(call.held, usd_to_micro(opts.cost_estimate_hint, round_up=True), usage,
+                kind=call.kind, ended=ended, invalid=invalid is not None, model=opts.model,
+                provider=opts.provider, policy=state.coord.charging)
+    if ch.unpriced_model is not None:
+        note_once(state, "usage_unpriced", ch.unpriced_model,
+                  f"model {ch.unpriced_model!r} has no price: charged "
+                  f"${micro_to_usd(ch.cost):.6f} by the {ch.rule} rule", Decision.ALLOW,
+                  node_id=call.call_id, model=ch.unpriced_model)
+    if invalid is not None:
+        kind = invalid.partition(":")[0]
+        cost = micro_to_usd(ch.cost)
+        note_once(state, "invalid_usage", kind,
+                  f"{invalid}; charged ${cost:.6f} by the {ch.rule} rule", Decision.HALT,
+                  node_id=call.call_id)
+    return ch
+
+
+def complete(call: Call, result: Any) -> Steps[Outcome]:
+    """Settle a call that returned (one step): what it reported (or its response
+    carries) is charged, and written behind when it fits in what was held."""
+    state = call.state
+    if call.kind == "tool":
+        record_capability(call, result=result)
+    invalid = call.collector.invalid
+    usage = call.collector.usage
+    unreadable: Exception | None = None
+    if usage is None and invalid is None:
+        try:
+            usage = usage_from_response(result)
+        except Exception as exc:  # noqa: BLE001 - the response's usage cannot be taken
+            unreadable = exc
+            invalid = f"{type(exc).__name__}: {exc}"
+    ch = charged(call, usage, "returned", invalid)
+    decision = Decision.ALLOW
+    hook_error: BaseException | None = None
+    if unreadable is None and (state.pipeline is not None or state.circuit_breaker is not None):
+        try:
+            decision = yield Blocking(partial(_after_success, call, ch.cost))
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the money is spent whatever a hook does
+            hook_error = exc
+    if call.reserved:
+        amounts = actual_amounts(ch.cost, ch.tin, ch.tout, ch.provider)
+        within = all(int(amounts[i + 1]) <= call.held.get(str(amounts[i]), 0)
+                     for i in range(0, len(amounts), 2))
+        record = node(call, "ok" if unreadable is None else "error", charge=ch, steps=1,
+                      usage=usage, error=unreadable)
+        yield from finish(call, "ok", record, amounts, write_behind=within)
+    if unreadable is not None:
+        raise InvalidUsageError(f"call {call.call_id} ran, but its usage cannot be "
+                                f"charged ({unreadable}); it was charged "
+                                f"${micro_to_usd(ch.cost):.6f} ({ch.rule})") from unreadable
+    if hook_error is not None:
+        raise hook_error
+    return Outcome(decision, result)
+
+
+def _after_success(call: Call, cost: int) -> Decision:
+    """The pipeline's ``before_charge`` hooks and the breaker's success (they may read
+    Redis)."""
+    state = call.state
+    decision = Decision.ALLOW
+    if state.pipeline is not None and call.tool_ctx is not None:
+        # before_charge decides for LLM calls only (the reference's rule): a tool call
+        # that already ran is not turned into a HALT; hooks still learn its cost.
+        if call.kind == "llm":
+            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
+        else:
+            state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
+        state.mirror_pipeline_events(state.pipeline)
+    if state.circuit_breaker is not None:
+        state.circuit_breaker.record_success()
+    return decision
+
+
+def caller_bug(call: Call, bug: CallerBug) -> Steps[None]:
+    """Settle a call whose function could not run as given (the wrap raises
+    ``bug.error``): one that ran is settled as a return, one that did not is released,
+    charged nothing and counted nothing."""
+    state = call.state
+    if bug.ran:
+        yield from complete(call, bug.result)
+        return
+    if state.circuit_breaker is not None:
+        yield Blocking(state.circuit_breaker.release)
+    yield from finish(call, "skip", node(call, "error", error=bug.error), [],
+                      write_behind=True)
+
+
+def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
+    """Settle a call that raised. Returns the outcome, or None to re-raise (interpreter
+    exits, outer cancellations, invalid usage reports, errors that are not retryable)."""
+    state = call.state
+    if call.kind == "tool":
+        record_capability(call, error=exc)
+    usage = call.collector.usage
+    is_exception = isinstance(exc, Exception)
+    retry = is_exception and retryable(exc, call.options)
+    if state.circuit_breaker is not None and (
+        isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS, *_INVALID)) or not retry
+    ):
+        # not a provider failure: free a probe it held
+        yield Blocking(state.circuit_breaker.release)
+    if isinstance(exc, CancelledByContext):
+        return (yield from _cancelled(call, exc, usage))
+    invalid = call.collector.invalid
+    if invalid is None and isinstance(exc, _INVALID):
+        invalid = f"{type(exc).__name__}: {exc}"
+    ch = charged(call, usage, "raised", invalid)
+    amounts = actual_amounts(ch.cost, ch.tin, ch.tout, ch.provider)
+    if not is_exception:
+        # Interpreter exits and outer cancellations propagate, never retried: the run
+        # counts a step, and what it reported is still charged.
+        record = node(call, "error", charge=ch, steps=1, usage=usage, error=exc)
+        yield from finish(call, "ok", record, amounts, write_behind=True)
+        return None
+    limit_error = next((r for t, r in _LIMIT_ERRORS.items() if isinstance(exc, t)), None)
+    if limit_error is not None:
+        # A tool gave up on a limit (Limits specification): a step, no retry.
+        record = node(call, "timeout" if limit_error == "timeout" else "halted",
+                      charge=ch, steps=1, usage=usage, error=exc)
+        yield from finish(call, "ok", record, amounts, write_behind=False)
+        state.record_event(state.event(limit_error, f"{type(exc).__name__}: {exc}",
+                                       node_id=call.call_id, scope="tool"))
+        return Outcome(Decision.HALT, reason=limit_error, detail=str(exc), error=exc)
+    if not retry:  # raised at once: its run counts as a step
+        record = node(call, "error", charge=ch, steps=1, usage=usage, error=exc)
+        yield from finish(call, "ok", record, amounts, write_behind=False)
+        note_failure(state, call.call_id, exc, Decision.HALT)
+        return None
+    decision = Decision.RETRY
+    if not isinstance(exc, _INVALID) and (state.pipeline is not None
+                                          or state.circuit_breaker is not None):
+        decision = yield Blocking(partial(_after_error, call, exc))
+    record = node(call, "error", charge=ch, retries=1, usage=usage, error=exc)
+    stops = yield from finish(call, "error", record, amounts, write_behind=False)
+    note_failure(state, call.call_id, exc, decision)
+    if isinstance(exc, _INVALID):
+        return None  # a bad report is raised, as before, once its retry is counted
+    if any(s.reason == "retry_budget_exceeded" for s in stops) or (
+        state.stopped == "retry_budget_exceeded"
+    ):
+        state.record_event(state.event(
+            "provider_error",
+            f"{type(exc).__name__}: {exc} (retry budget exhausted)",
+            node_id=call.call_id))
+        return Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
+    return Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
+                   error=exc)
+
+
+def _cancelled(call: Call, exc: CancelledByContext, usage: Usage | None) -> Steps[Outcome]:
+    """Work was in flight when it was cancelled: charge what it reported, else its
+    estimate (it may have been billed); its run counts a step (it is not retried)."""
+    state = call.state
+    reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
+    ch = charged(call, usage, "cancelled", None)
+    record = node(call, reason, charge=ch, steps=1, usage=usage, error=exc)
+    yield from finish(call, "ok", record, actual_amounts(ch.cost, ch.tin, ch.tout,
+                                                         ch.provider), write_behind=False)
+    if not state.cancellation_token.cancelled:  # the call's own timeout
+        state.record_event(state.event("timeout", f"call exceeded "
+                                       f"{call.options.timeout_ms} ms",
+                                       node_id=call.call_id, scope="call"))
+    return Outcome(Decision.HALT, reason=reason, error=exc)
+
+
+def _after_error(call: Call, exc: BaseException) -> Decision:
+    """The pipeline's ``on_error`` hooks and the breaker's failure (they may read Redis)."""
+    state = call.state
+    decision = Decision.RETRY
+    if state.pipeline is not None and call.tool_ctx is not None:
+        decision = state.pipeline.on_error(call.tool_ctx, exc)
+        state.mirror_pipeline_events(state.pipeline)
+    if state.circuit_breaker is not None:
+        state.circuit_breaker.record_failure()
+    return decision
+

@@ -1,0 +1,182 @@
+"""``AsyncBudgetTransport``: the async twin of ``BudgetTransport`` (transport.py), for
+``AsyncOpenAI``/``AsyncAnthropic``. The call's steps are driven on the store's I/O thread
+(``adrive``), so the event loop never waits on Redis; an abort cancels the request while
+it waits for the provider's headers and shuts the connection of a stream down."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx2
+
+from ..context.call import Outcome
+from ..context.cancellation import CancelledByContext
+from ..context.execution import ExecutionContext
+from ..context.steps import Steps, adrive
+from ..models import Decision
+from .errors import BudgetExceededError
+from .exchange import Exchange, ProviderError, cut_connection
+from .prepare import (
+    TransportSettings,
+    is_event_stream,
+    parse_body,
+    rebuilt_response,
+)
+from .sse import EventSplitter
+from .transport import exchange_for
+
+T = TypeVar("T")
+
+
+class AsyncBudgetTransport(httpx2.AsyncBaseTransport):
+    """Budgets the LLM requests sent through ``inner`` (default: a new
+    ``httpx2.AsyncHTTPTransport``); see :class:`~.transport.BudgetTransport`."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None, *,
+                 context: ExecutionContext | None = None,
+                 settings: TransportSettings | None = None,
+                 error_class: type[BudgetExceededError] = BudgetExceededError) -> None:
+        self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
+        self.context = context
+        self.settings = settings or TransportSettings()
+        self.error_class = error_class
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        budgeted = exchange_for(request, self.context, self.settings, self.error_class)
+        if budgeted is None:
+            return await self.inner.handle_async_request(request)
+        ex, ctx, request = budgeted
+        started = await _run(ex, ex.begin())
+        if isinstance(started, Outcome):
+            raise ex.refusal(started, await _snapshot(ctx))
+        try:
+            response = await _abortable(ex, lambda: self.inner.handle_async_request(request))
+        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+            raise await _failed(ex, exc) from exc
+        if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
+            raw = await _read(ex, response)
+            if response.status_code >= 400:
+                outcome = await _run(ex, ex.fail(ProviderError(response.status_code)))
+                if ex.stops(outcome):
+                    raise ex.refusal(outcome or Outcome(Decision.HALT), await _snapshot(ctx))
+            else:
+                await _run(ex, ex.complete(parse_body(response.headers, raw)))
+            return rebuilt_response(response, raw)
+        ex.start_stream()
+        return httpx2.Response(response.status_code, headers=response.headers,
+                               stream=AsyncMeteredBody(ex, response),
+                               extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _run(ex: Exchange, steps: Steps[T]) -> T:
+    return await adrive(steps, ex.state.coord.io)
+
+
+async def _abortable(ex: Exchange, send: Callable[[], Awaitable[T]]) -> T:
+    """Await ``send()``, cancelled when the call is (abort, timeout) while it waits."""
+    assert ex.call is not None
+    token = ex.call.token
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(_await(send))
+
+    def cancel(_reason: str) -> None:
+        try:
+            loop.call_soon_threadsafe(task.cancel)
+        except RuntimeError:  # the loop is closed: nothing waits any more
+            pass
+
+    unhook = token.on_cancel(cancel)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if token.cancelled and (current is None or not current.cancelling()):
+            raise CancelledByContext(token.reason or "cancelled") from None
+        raise
+    finally:
+        unhook()
+
+
+async def _await(send: Callable[[], Awaitable[T]]) -> T:
+    return await send()
+
+
+async def _read(ex: Exchange, response: httpx2.Response) -> bytes:
+    """The whole raw body; an abort while it is read shuts the connection down."""
+    assert ex.call is not None
+    unhook = ex.call.token.on_cancel(lambda _reason: cut_connection(response.extensions))
+    try:
+        return b"".join([c async for c in response.stream])  # type: ignore[union-attr]
+    except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+        raise await _failed(ex, exc) from exc
+    finally:
+        unhook()
+        await response.aclose()
+
+
+async def _failed(ex: Exchange, exc: BaseException) -> BaseException:
+    """The async twin of transport._failed."""
+    assert ex.call is not None
+    token = ex.call.token
+    if token.cancelled:
+        exc = CancelledByContext(token.reason or "cancelled")
+    outcome = await _run(ex, ex.fail(exc))
+    if ex.stops(outcome) or isinstance(exc, CancelledByContext):
+        return ex.refusal(outcome or Outcome(Decision.HALT, reason="aborted"),
+                          await _snapshot(ex.ctx))
+    return exc
+
+
+async def _snapshot(ctx: ExecutionContext) -> Any:
+    try:
+        return await ctx.aget_snapshot()
+    except Exception:  # noqa: BLE001 - the refusal is raised without one
+        return None
+
+
+class AsyncMeteredBody(httpx2.AsyncByteStream):
+    """The async twin of transport.MeteredBody."""
+
+    def __init__(self, ex: Exchange, response: httpx2.Response) -> None:
+        self.ex = ex
+        self.response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        ex, call = self.ex, self.ex.call
+        assert call is not None
+        splitter = EventSplitter()
+        unhook = call.token.on_cancel(lambda _r: cut_connection(self.response.extensions))
+        try:
+            async for chunk in self.response.stream:  # type: ignore[union-attr]
+                for event in splitter.feed(chunk):
+                    cut = ex.observe(event.data)
+                    yield event.raw
+                    if cut:
+                        await self.aclose()
+                        return
+            if call.token.cancelled:
+                raise CancelledByContext(call.token.reason or "cancelled")
+            rest = splitter.rest()
+            if rest:
+                yield rest
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+            if not ex.finished:
+                await self.response.aclose()
+                raise await _failed(ex, exc) from exc
+            raise
+        finally:
+            unhook()
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the provider's stream; the call is charged what it metered."""
+        await self.response.aclose()
+        if not self.ex.finished:
+            await _run(self.ex, self.ex.complete(None))

@@ -1,0 +1,165 @@
+"""One budgeted HTTP request to an LLM endpoint, as the steps of a wrapped call (the
+call's own ``begin``/``complete``/``fail`` generators, driven by the sync or the async
+transport): the reservation from the request's plan, the settle from the response body or
+the stream's events, the refusal raised as a typed error, the span of the call."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..context import tracing
+from ..context.call import Call, Outcome, begin
+from ..context.chunk_meter import ChunkMeter, estimate_tokens
+from ..context.execution import ExecutionContext
+from ..context.settling import complete, fail
+from ..context.state import ContextState
+from ..context.steps import Steps
+from ..core import pricing
+from ..core.usage import UsageMeter
+from ..models import ContextSnapshot, Decision
+from .errors import BudgetExceededError
+from .request_plan import RequestPlan
+
+
+class ProviderError(Exception):
+    """A provider answered an LLM request with an error status (429, 5xx, ...): a failed
+    call under the retry rules. The SDK still gets the response and raises its own error."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        super().__init__(f"provider answered HTTP {status}")
+
+
+@dataclass
+class Exchange:
+    """The budget's side of one request, from its reservation to its settle."""
+
+    ctx: ExecutionContext
+    plan: RequestPlan
+    error_class: type[BudgetExceededError]
+    operation_name: str | None = None
+    call: Call | None = None
+    span: Any = None
+    meter: ChunkMeter | None = None
+    sink: UsageMeter | None = None
+    finished: bool = False
+    stop_reason: str | None = None
+    """``output_allowance`` once a stream was cut at what the call holds."""
+    outcome: Outcome | None = field(default=None, repr=False)
+    price: pricing.ModelPrice | None = None
+
+    @property
+    def state(self) -> ContextState:
+        return self.ctx._state
+
+    def begin(self) -> Steps[Call | Outcome]:
+        """Reserve the request's worst case (and consult the pipeline and breaker)."""
+        options = self.plan.options(self.operation_name)
+        self.span = tracing.start_span(self.state, "llm", options, self.plan.operation)
+        result = yield from begin(self.state, self.ctx, "llm", options)
+        if isinstance(result, Call):
+            self.call = result
+        else:
+            self.finished = True
+            self._end_span(result, None)
+        return result
+
+    def refusal(self, outcome: Outcome, snapshot: ContextSnapshot | None
+                ) -> BudgetExceededError:
+        """The typed error of a refused or stopped request."""
+        return self.error_class(decision=outcome.decision,
+                                reason=outcome.reason or outcome.decision.value.lower(),
+                                detail=outcome.detail, chain_id=self.ctx.chain_id,
+                                snapshot=snapshot)
+
+    # -- streams ---------------------------------------------------------------------
+
+    def start_stream(self) -> None:
+        """Meter the events of a streamed response into the call's usage."""
+        assert self.call is not None
+        plan = self.plan
+        self.meter = ChunkMeter(plan.input_tokens, estimate_tokens, plan.provider, plan.model)
+        self.sink = self.call.collector.meter()
+        self.price = pricing.model_price(plan.model, plan.provider)  # looked up once
+
+    def observe(self, data: Any) -> bool:
+        """Meter one event; True when the stream must be cut here (its output reached
+        what the call holds: the next chunk could pass the ceiling)."""
+        meter, sink = self.meter, self.sink
+        if meter is None or sink is None or not isinstance(data, dict):
+            return False
+        meter.observe(data)  # (the usage goes to the call when it settles: _metered)
+        plan = self.plan
+        produced = meter.output_tokens
+        if produced > plan.max_output_tokens or (
+                not plan.limit_named and produced >= plan.max_output_tokens):
+            self.stop_reason = "output_allowance"
+            return True
+        assert self.call is not None
+        held, price = self.call.held.get("usd", 0), self.price
+        if held and price is not None:
+            stated = meter.stated
+            inp = stated.input_tokens if stated is not None and stated.input_tokens else (
+                plan.input_tokens)
+            # every input token at the full input rate: on the safe side of the real cost
+            if inp * price.input_per_mtok + produced * price.output_per_mtok > held:
+                self.stop_reason = "output_allowance"
+                return True
+        return False
+
+    def _metered(self) -> None:
+        """Hand the stream's usage so far to the call (before it settles)."""
+        if self.meter is not None and self.sink is not None:
+            self.sink.set(self.meter.usage())
+
+    # -- the settle ------------------------------------------------------------------
+
+    def complete(self, result: Any) -> Steps[Outcome]:
+        """Settle what the response (or the stream's metered usage) says it used."""
+        assert self.call is not None
+        self.finished = True
+        self._metered()
+        outcome = yield from complete(self.call, result)
+        self.outcome = outcome
+        self._end_span(outcome, None)
+        return outcome
+
+    def fail(self, exc: BaseException) -> Steps[Outcome | None]:
+        """Settle a request that failed (provider error, network error, abort)."""
+        assert self.call is not None
+        self.finished = True
+        self._metered()
+        outcome = yield from fail(self.call, exc)
+        self.outcome = outcome
+        self._end_span(outcome, exc)
+        return outcome
+
+    def _end_span(self, outcome: Outcome | None, error: BaseException | None) -> None:
+        if self.span is None:
+            return
+        reason = (outcome.reason if outcome is not None else None) or self.stop_reason
+        tracing.end_span(self.span, self.state,
+                         decision=outcome.decision.value if outcome else "ERROR",
+                         reason=reason, settled=self.call.settled if self.call else None,
+                         error=error)
+
+    def stops(self, outcome: Outcome | None) -> bool:
+        """Whether a failed request's outcome stops it for good (the retry budget is
+        spent, or it was aborted): the SDK must not retry it."""
+        return outcome is not None and outcome.decision == Decision.HALT
+
+
+def cut_connection(extensions: dict[str, Any]) -> None:
+    """Shut the socket of a response down (from any thread): the read waiting on it
+    returns at once, and the provider sees the client gone."""
+    stream = extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    # a socket.socket, or the asyncio.TransportSocket of an async client's connection
+    shutdown = getattr(sock, "shutdown", None)
+    if callable(shutdown):
+        try:
+            shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed
+            pass

@@ -1,0 +1,62 @@
+"""Server-sent events split from the bytes of a streamed response, each kept as the raw
+bytes it came in (handed on unchanged) with its ``data`` decoded from JSON (pure)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_MAX_BUFFER = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event: its bytes (blank line included) and its data (None: not JSON)."""
+
+    raw: bytes
+    data: Any
+
+
+class EventSplitter:
+    """Feed it the body's bytes as they arrive; it returns the events completed so far."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> Iterator[Event]:
+        """The events that ``chunk`` completes (an event may span many chunks)."""
+        self._buffer += chunk
+        while True:
+            end = _END.search(self._buffer)
+            if end is None:
+                if len(self._buffer) > _MAX_BUFFER:  # not an event stream: pass it on
+                    raw, self._buffer = self._buffer, b""
+                    yield Event(raw, None)
+                return
+            raw, block = self._buffer[:end.end()], self._buffer[:end.start()]
+            self._buffer = self._buffer[end.end():]
+            yield Event(raw, _data(block))
+
+    def rest(self) -> bytes:
+        """What is left after the last complete event (handed on at the end)."""
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def _data(block: bytes) -> Any:
+    if block.startswith(b"data: {") and b"\n" not in block and b"\r" not in block:
+        data = block[6:]  # the common event: one data line of JSON (no line scan)
+    else:
+        lines = [line[5:].removeprefix(b" ") for line in block.splitlines()
+                 if line.startswith(b"data:")]
+        if not lines:
+            return None
+        data = b"\n".join(lines)
+    try:
+        return json.loads(data.decode())  # (a str skips json's encoding detection)
+    except ValueError:  # "[DONE]" and other non-JSON data (UnicodeDecodeError included)
+        return None

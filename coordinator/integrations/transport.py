@@ -1,0 +1,173 @@
+"""``BudgetTransport``: an ``httpx2`` transport that budgets every request to a known LLM
+endpoint (the sync one; ``AsyncBudgetTransport`` is in async_transport.py). Each request
+is one wrapped call: reserved from its body before a byte is sent, settled from its
+response's usage, a stream metered event by event and cut at what the call holds, an
+abort shutting its connection down. Any other request passes through untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+
+from ..context.call import Outcome
+from ..context.cancellation import CancelledByContext
+from ..context.execution import ExecutionContext
+from ..context.steps import drive
+from ..models import Decision
+from .errors import BudgetExceededError
+from .exchange import Exchange, ProviderError, cut_connection
+from .prepare import (
+    TransportSettings,
+    context_for,
+    is_event_stream,
+    parse_body,
+    prepare,
+    rebuilt_response,
+)
+from .sse import EventSplitter
+
+
+class BudgetTransport(httpx2.BaseTransport):
+    """Budgets the LLM requests sent through ``inner`` (default: a new
+    ``httpx2.HTTPTransport``) under ``context`` (default: ``current_context()`` at each
+    request). A refusal raises ``error_class`` (a :class:`BudgetExceededError`)."""
+
+    def __init__(self, inner: httpx2.BaseTransport | None = None, *,
+                 context: ExecutionContext | None = None,
+                 settings: TransportSettings | None = None,
+                 error_class: type[BudgetExceededError] = BudgetExceededError) -> None:
+        self.inner = inner if inner is not None else httpx2.HTTPTransport()
+        self.context = context
+        self.settings = settings or TransportSettings()
+        self.error_class = error_class
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        budgeted = exchange_for(request, self.context, self.settings, self.error_class)
+        if budgeted is None:
+            return self.inner.handle_request(request)
+        ex, ctx, request = budgeted
+        started = drive(ex.begin())
+        if isinstance(started, Outcome):
+            raise ex.refusal(started, _snapshot(ctx))
+        assert ex.call is not None
+        try:
+            response = self.inner.handle_request(request)
+        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+            raise _failed(ex, exc) from exc
+        if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
+            raw = _read(ex, response)
+            if response.status_code >= 400:
+                outcome = drive(ex.fail(ProviderError(response.status_code)))
+                if ex.stops(outcome):
+                    raise ex.refusal(outcome or Outcome(Decision.HALT), _snapshot(ctx))
+            else:
+                drive(ex.complete(parse_body(response.headers, raw)))
+            return rebuilt_response(response, raw)
+        ex.start_stream()
+        return httpx2.Response(response.status_code, headers=response.headers,
+                               stream=MeteredBody(ex, response), extensions=response.extensions)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _read(ex: Exchange, response: httpx2.Response) -> bytes:
+    """The whole raw body; an abort while it is read shuts the connection down."""
+    assert ex.call is not None
+    unhook = ex.call.token.on_cancel(lambda _reason: cut_connection(response.extensions))
+    try:
+        return b"".join(response.stream)  # type: ignore[arg-type]
+    except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+        raise _failed(ex, exc) from exc
+    finally:
+        unhook()
+        response.close()
+
+
+def _failed(ex: Exchange, exc: BaseException) -> BaseException:
+    """Settle a request that failed; the error to raise: the refusal when it was aborted
+    or spent the retry budget, else the failure itself (the SDK retries it)."""
+    assert ex.call is not None
+    token = ex.call.token
+    if token.cancelled:
+        exc = CancelledByContext(token.reason or "cancelled")
+    outcome = drive(ex.fail(exc))
+    if ex.stops(outcome) or isinstance(exc, CancelledByContext):
+        return ex.refusal(outcome or Outcome(Decision.HALT, reason="aborted"),
+                          _snapshot(ex.ctx))
+    return exc
+
+
+def _snapshot(ctx: ExecutionContext) -> Any:
+    try:
+        return ctx.get_snapshot()
+    except Exception:  # noqa: BLE001 - the refusal is raised without one
+        return None
+
+
+def exchange_for(request: httpx2.Request, context: ExecutionContext | None,
+                 settings: TransportSettings, error_class: type[BudgetExceededError]
+                 ) -> tuple[Exchange, ExecutionContext, httpx2.Request] | None:
+    """The budgeted exchange of an LLM request, its context and the request to send;
+    None for a request to pass through untouched (not an LLM request, or no context
+    while ``require_context`` is off)."""
+    prepared = prepare(request, settings)
+    ctx = context_for(context) if prepared is not None else None
+    if prepared is None or ctx is None:
+        if prepared is not None and settings.require_context:
+            raise no_context(error_class)
+        return None
+    plan, request = prepared
+    return Exchange(ctx, plan, error_class, settings.operation_name), ctx, request
+
+
+def no_context(error_class: type[BudgetExceededError]) -> BudgetExceededError:
+    return error_class(decision=Decision.HALT, reason="no_context",
+                       detail="an LLM request was made outside any context "
+                              "(require_context is set)", chain_id="", snapshot=None)
+
+
+class MeteredBody(httpx2.SyncByteStream):
+    """A streamed response's bytes, handed on event by event as they are metered; the
+    call settles when the stream ends, is cut, is closed by its reader, or fails."""
+
+    def __init__(self, ex: Exchange, response: httpx2.Response) -> None:
+        self.ex = ex
+        self.response = response
+
+    def __iter__(self) -> Iterator[bytes]:
+        ex, call = self.ex, self.ex.call
+        assert call is not None
+        splitter = EventSplitter()
+        unhook = call.token.on_cancel(lambda _r: cut_connection(self.response.extensions))
+        try:
+            for chunk in self.response.stream:  # type: ignore[union-attr]
+                for event in splitter.feed(chunk):
+                    cut = ex.observe(event.data)
+                    yield event.raw
+                    if cut:
+                        self.close()
+                        return
+            if call.token.cancelled:  # the abort shut the connection down
+                raise CancelledByContext(call.token.reason or "cancelled")
+            rest = splitter.rest()
+            if rest:
+                yield rest
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+            if not ex.finished:
+                self.response.close()
+                raise _failed(ex, exc) from exc
+            raise
+        finally:
+            unhook()
+        self.close()
+
+    def close(self) -> None:
+        """Close the provider's stream; the call is charged what it metered."""
+        self.response.close()
+        if not self.ex.finished:
+            drive(self.ex.complete(None))

@@ -1,0 +1,55 @@
+"""The wire's connections and bytes: one thread's connection to a node (the ops sent on it
+whose replies are unread, and whether a fault dropped it), commands packed into RESP and
+replies read."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+_pack_command: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _pack_command
+except ImportError:  # pure-Python parser: let redis-py pack
+    _pack_command = None
+
+
+def pack(commands: list[tuple[Any, ...]]) -> list[bytes]:
+    """RESP bytes of several commands, for Connection.send_packed_command."""
+    if _pack_command is not None:
+        return [b"".join(_pack_command(c) for c in commands)]
+    return list(redis.Connection().pack_commands(commands))  # type: ignore[no-untyped-call]
+
+
+def read_reply(conn: Any) -> Any:
+    """The next reply on ``conn``; an error reply is returned, not raised."""
+    try:
+        return conn.read_response()
+    except redis.ResponseError as exc:
+        if "OOM command not allowed" in str(exc) and not isinstance(
+                exc, redis.exceptions.OutOfMemoryError):
+            # Redis before 7 reports a full Redis inside a script as a script error
+            return redis.exceptions.OutOfMemoryError(str(exc))
+        return exc
+
+
+class ThreadConn:
+    """One thread's own connection to ``node``, with the ops sent on it whose replies are
+    unread."""
+
+    def __init__(self, conn: Any, node: str) -> None:
+        self.conn, self.node = conn, node
+        self.lock = threading.Lock()
+        self.unacked: list[Any] = []  # the wire's ops
+        self.dropped = False
+        """Disconnected by a fault: a write-behind send queues its op instead of
+        reconnecting here (a connect to a stalled Redis would block the caller's thread,
+        an event loop's for async callers); the next round trip reconnects it."""
+
+    def drop(self) -> None:
+        """Disconnect after a fault (a half-read connection must not be reused as is)."""
+        self.conn.disconnect()
+        self.dropped = True

@@ -1,0 +1,44 @@
+-- quota_set.lua: create, change or delete a quota rule, with its audit event, in one
+-- step on the rule's slot (docs/quotas.md).
+--
+-- KEYS[1]  bc:{qr:<rule>}:rule   hash    v (version), l:<dim> limits, def (the rule JSON)
+-- KEYS[2]  bc:{qr:<rule>}:audit  stream  who changed what: actor, action, before, after
+-- ARGV[1]  'set' or 'delete'; ARGV[2] actor; ARGV[3] the rule's JSON without its version
+--          (set; '' for delete); ARGV[4] audit stream cap (approximate MAXLEN)
+-- ARGV[5]  the match of the rule as JSON (set: a change may not alter it)
+-- ARGV[6..] pairs: dimension (usd, calls, tok), limit (integers >= 0) (set)
+--
+-- Returns {1, version} when stored; {0, 'missing'} when deleting a rule that does not
+-- exist; {0, 'match', old_match} when a set would change an existing rule's match.
+
+local now = now_ms()
+local before = redis.call('HGET', KEYS[1], 'def') or ''
+local version = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+if ARGV[1] == 'delete' then
+  if before == '' then return {0, 'missing'} end
+  redis.call('DEL', KEYS[1])
+else
+  if before ~= '' then
+    local old, new = cjson.decode(before).match, cjson.decode(ARGV[5])
+    for k, v in pairs(old) do
+      if new[k] ~= v then return {0, 'match', cjson.encode(old)} end
+    end
+    for k in pairs(new) do
+      if old[k] == nil then return {0, 'match', cjson.encode(old)} end
+    end
+  end
+  version = version + 1
+  local def = cjson.decode(ARGV[3])
+  def.version = version
+  redis.call('DEL', KEYS[1])
+  local set = {'v', version, 'def', cjson.encode(def)}
+  for i = 6, #ARGV, 2 do
+    set[#set + 1] = 'l:' .. ARGV[i]
+    set[#set + 1] = ARGV[i + 1]
+  end
+  redis.call('HSET', KEYS[1], unpack(set))
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'actor', ARGV[2],
+           'action', ARGV[1], 'before', before,
+           'after', redis.call('HGET', KEYS[1], 'def') or '', 'ts', now)
+return {1, version}

@@ -1,0 +1,82 @@
+-- quota_take.lua: a tree takes (or tops up) a grant from one bucket's window of a quota
+-- rule, or is refused (docs/quotas.md). Runs on the rule's slot.
+--
+-- KEYS[1]  bc:{qr:<rule>}:rule       hash  v (version), l:<dim> limits (usd, calls, tok)
+-- KEYS[2]  bc:{qr:<rule>}:b:<w>:<b>  hash  the window's s:<dim> spent, g:<dim> in grants
+-- KEYS[3]  bc:{qr:<rule>}:grants     hash  member -> grant record (JSON)
+-- KEYS[4]  bc:{qr:<rule>}:expiry     zset  member -> lease expiry (Redis ms)
+-- KEYS[5]  bc:{qr:<rule>}:takers:<w>:<b>  zset  trees that asked lately -> until (ms)
+-- KEYS[6]  bc:{qr:<rule>}:w:<w>      set   the window's buckets (what listings read)
+-- ARGV[1]  the rule version the caller computed the window with
+-- ARGV[2]  window start ms; ARGV[3] window end ms (0: the window never ends)
+-- ARGV[4]  Redis ms at which the bucket's window expires (0: never)
+-- ARGV[5]  member: '<bucket>|<window>|<root>'; ARGV[6] grant id proposed for a new grant
+--          (the bucket's name is the member's part before the first '|')
+-- ARGV[7]  root id; ARGV[8] the bucket's index in the tree (its q<i> fields)
+-- ARGV[9]  lease ms (the grant is reclaimed when not renewed for that long)
+-- ARGV[10] share divisor: a grant takes at most (what remains) / (divisor * n), n the
+--          trees that asked lately (this one included), and at least the least amount
+-- ARGV[11] how long a tree counts among the takers, in ms
+-- ARGV[12..] triples: dimension (usd, calls, tok), amount wanted, least amount
+--
+-- The sum of spent and in grants never passes a limit: a dimension whose limit cannot
+-- spare the least amount refuses the grant and changes nothing.
+-- Returns {1, now, grant_id, n, dim, granted, ..., expired_member, expired_json, ...}:
+--   granted is the grant's cumulative amount (the tree's q<i>:l), for the limited
+--   dimensions only; then up to 8 grants whose lease expired (their holder is gone);
+-- {0, now, 'gone'} no such rule; {0, now, 'stale', version} the rule changed;
+-- {0, now, 'window'} now is outside the window;
+-- {0, now, 'exceeded', dim, limit, spent, in_grants} the limit cannot spare the least.
+
+local now = now_ms()
+local rule = redis.call('HMGET', KEYS[1], 'v', 'l:usd', 'l:calls', 'l:tok')
+if not rule[1] then return {0, now, 'gone'} end
+if rule[1] ~= ARGV[1] then return {0, now, 'stale', rule[1]} end
+local start, stop = tonumber(ARGV[2]), tonumber(ARGV[3])
+if stop > 0 and (now < start or now >= stop) then return {0, now, 'window'} end
+local limits = {usd = stored_num(rule[2]), calls = stored_num(rule[3]), tok = stored_num(rule[4])}
+
+local member = ARGV[5]
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+redis.call('ZADD', KEYS[5], now + tonumber(ARGV[11]), ARGV[7])
+redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[11]))
+local share = 1 / (tonumber(ARGV[10]) * redis.call('ZCARD', KEYS[5]))
+
+local raw = redis.call('HGET', KEYS[3], member)
+local rec
+if raw then rec = cjson.decode(raw) else
+  rec = {g = ARGV[6], r = ARGV[7], i = tonumber(ARGV[8]), L = {}}
+end
+local set = {}
+for k = 12, #ARGV, 3 do
+  local d, want, least = ARGV[k], tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2])
+  local limit = limits[d]
+  if limit then
+    local sg = redis.call('HMGET', KEYS[2], 's:' .. d, 'g:' .. d)
+    local s, g = stored_num(sg[1]) or 0, stored_num(sg[2]) or 0
+    local left = limit - s - g
+    if left < least then return {0, now, 'exceeded', d, limit, s, g} end
+    local x = math.min(want, math.max(least, math.floor(left * share)))
+    set[#set + 1] = 'g:' .. d
+    set[#set + 1] = g + x
+    rec.L[d] = (rec.L[d] or 0) + x
+  end
+end
+if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) else
+  redis.call('HSETNX', KEYS[2], 's:usd', 0)
+end
+redis.call('SADD', KEYS[6], string.match(member, '^[^|]*'))
+if tonumber(ARGV[4]) > 0 then
+  redis.call('PEXPIREAT', KEYS[2], tonumber(ARGV[4]))
+  redis.call('PEXPIREAT', KEYS[6], tonumber(ARGV[4]))
+end
+redis.call('HSET', KEYS[3], member, cjson.encode(rec))
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[9]), member)
+
+local out = {1, now, rec.g, 0}
+for d, amount in pairs(rec.L) do
+  out[#out + 1] = d
+  out[#out + 1] = amount
+  out[4] = out[4] + 1
+end
+return append_expired(out, KEYS[3], KEYS[4], now)

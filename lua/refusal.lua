@@ -1,0 +1,24 @@
+-- refusal.lua: record a call refused before it ran: its node record, counted on its
+-- context's hash (lib.lua count_call: n:refused, nr:<reason>, nr_last), and the
+-- chain-level event once per reason per context (as event_once.lua).
+--
+-- KEYS[1]  bc:{R}:ctx:<id>      hash    the context of the refused call
+-- KEYS[2]  bc:{R}:nodes:<id>    list    its node records
+-- KEYS[3]  bc:{R}:events:<id>   list    its SafetyEvents
+-- ARGV[1]  the refusal reason (the event's event_type; ev:<reason> marks it recorded)
+-- ARGV[2]  the SafetyEvent JSON
+-- ARGV[3]  the node record JSON (with a stop_reason)
+-- ARGV[4]  node list cap (lib.lua append_capped)
+--
+-- Returns 1 when the event was appended, 0 when the reason was already recorded. A
+-- context whose hash is gone (expired) gets the node and the event, and no counts.
+
+append_capped(KEYS[2], ARGV[4], ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  append_capped(KEYS[3], EVENT_STREAM_CAP, ARGV[2])
+  return 1
+end
+count_call({KEYS[1]}, ARGV[3])
+if redis.call('HSETNX', KEYS[1], 'ev:' .. ARGV[1], 1) == 0 then return 0 end
+append_capped(KEYS[3], EVENT_STREAM_CAP, ARGV[2])
+return 1

@@ -1,0 +1,76 @@
+"""The dashboard's Quotas page in a real browser: each bucket's bars (spent, held in
+grants), its last windows, and the trees drawing from it now."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from coordinator import (
+    Coordinator,
+    Decision,
+    ExecutionConfig,
+    ExecutionContext,
+    WrapOptions,
+    report_usage,
+)
+from coordinator.quotas import QuotaRule, Quotas
+from tests.quota_procs import labelled
+
+pytest.importorskip("starlette")
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+CHROMIUM = os.environ.get("BUDGET_TEST_CHROMIUM", "/usr/bin/chromium")
+if not os.access(CHROMIUM, os.X_OK):
+    pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM}", allow_module_level=True)
+
+from tests.dashboard_server import VIEWER_TOKEN, dashboard  # noqa: E402
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=5)
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        p = context.new_page()
+        p.set_default_timeout(10_000)
+        yield p
+        browser.close()
+
+
+def _spend(coord: Coordinator, usd: float, *, close: bool) -> ExecutionContext:
+    ctx = ExecutionContext(CONFIG, metadata=labelled("ann"), coordinator=coord)
+    assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=usd),
+                             WrapOptions(cost_estimate_hint=usd)) == Decision.ALLOW
+    if close:
+        ctx.close()
+    return ctx
+
+
+def test_quotas_page_shows_bars_history_and_trees(coord: Coordinator, redis_url: str,
+                                                  page: Any) -> None:
+    Quotas(coord).set(QuotaRule(id="user-day", match={"user": "*"}, usd=0.10), actor="t")
+    with ThreadPoolExecutor(1) as pool:  # (Playwright runs an event loop on this thread)
+        pool.submit(_spend, coord, 0.04, close=True).result()
+        running = pool.submit(_spend, coord, 0.01, close=False).result()
+    with dashboard(redis_url) as http:
+        page.set_extra_http_headers({"Authorization": f"Bearer {VIEWER_TOKEN}"})
+        page.goto(http.base + "/quotas")
+        row = 'tr.quota[data-rule="user-day"][data-bucket="user=ann"]'
+        page.wait_for_selector(row)
+        spent = float(page.get_attribute(f"{row} .quota-bar rect.spend", "width"))
+        held = float(page.get_attribute(f"{row} .quota-bar rect.held", "width"))
+        assert spent == pytest.approx(40.0)  # the closed tree's $0.04 of $0.10
+        assert held > 0  # the running tree's grant
+        assert page.locator(f"{row} a", has_text=running.chain_id).count() == 1
+        assert page.locator(f"{row} svg.history rect").count() == 1  # today's window
+        page.click("nav a:has-text('Quotas')")
+        page.wait_for_selector(row)
+    running.close()
