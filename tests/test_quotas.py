@@ -5,6 +5,7 @@ grant holder SIGKILLed, and everything again on a 3-primary Redis Cluster."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -174,13 +175,13 @@ def test_changing_a_limit_from_another_process_applies_to_the_next_call(
             assert ctx.wrap_llm_call(_spend, CALL) == Decision.ALLOW
         assert run_sync(ctx._state, ctx, "llm", _spend, CALL).reason == "quota_exceeded"
         raise_it = SPAWN.Process(target=_other_process_sets,
-                                 args=(redis_url, QuotaRule(**{**_fields(rule), "usd": 0.06})))
+                                 args=(redis_url, dataclasses.replace(rule, usd=0.06)))
         raise_it.start()
         raise_it.join(30)
         assert ctx.wrap_llm_call(_spend, CALL) == Decision.ALLOW  # at once
         assert ctx.wrap_llm_call(_spend, CALL) == Decision.ALLOW
         lower = SPAWN.Process(target=_other_process_sets,
-                              args=(redis_url, QuotaRule(**{**_fields(rule), "usd": 0.02})))
+                              args=(redis_url, dataclasses.replace(rule, usd=0.02)))
         lower.start()
         lower.join(30)
         refused = run_sync(ctx._state, ctx, "llm", _spend, CALL)
@@ -192,12 +193,6 @@ def test_changing_a_limit_from_another_process_applies_to_the_next_call(
     assert [(a["actor"], a["action"]) for a in audit] == [
         ("test", "set"), ("ops@elsewhere", "set"), ("ops@elsewhere", "set")]
     assert '"usd": 0.02' in audit[-1]["after"] or '"usd":0.02' in audit[-1]["after"]
-
-
-def _fields(rule: QuotaRule) -> dict[str, Any]:
-    return {"id": rule.id, "match": rule.match, "usd": rule.usd, "tokens": rule.tokens,
-            "calls": rule.calls, "period": rule.period, "tz": rule.tz,
-            "retention_s": rule.retention_s, "grant_fraction": rule.grant_fraction}
 
 
 def test_a_sigkilled_holders_grant_is_reclaimed_and_spend_is_exact(

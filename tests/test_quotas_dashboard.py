@@ -74,3 +74,58 @@ def test_quotas_page_shows_bars_history_and_trees(coord: Coordinator, redis_url:
         page.click("nav a:has-text('Quotas')")
         page.wait_for_selector(row)
     running.close()
+
+
+def _login(page: Any, base: str, user: str, password: str) -> None:
+    page.goto(base + "/login?next=/quotas")
+    page.fill("input[name=user]", user)
+    page.fill("input[name=password]", password)
+    page.click("form:has(input[name=password]) button[type=submit]")
+    page.wait_for_selector("h1:has-text('Quotas')")
+
+
+def test_an_operator_creates_changes_and_deletes_a_rule_from_the_page(
+        coord: Coordinator, redis_url: str, page: Any) -> None:
+    with dashboard(redis_url) as http:
+        _login(page, http.base, "olga", "olga-pw")
+        new = "form.rule-new"
+        page.fill(f"{new} input[name=id]", "user-day")
+        page.fill(f"{new} input[name=match]", "team=research, user=*")
+        page.fill(f"{new} input[name=usd]", "0.02")
+        page.click(f"{new} button[type=submit]")
+        page.wait_for_selector("p.flash:has-text('quota user-day set by olga (version 1)')")
+        rule = Quotas(coord).get("user-day")
+        assert (rule.match, rule.usd, rule.calls) == ({"team": "research", "user": "*"},
+                                                      0.02, None)
+
+        edit = 'tr.rule[data-rule="user-day"] form.rule-edit'
+        assert page.input_value(f"{edit} input[name=usd]") == "0.02"
+        page.fill(f"{edit} input[name=usd]", "0.05")
+        page.fill(f"{edit} input[name=calls]", "40")
+        page.click(f"{edit} button[type=submit]")
+        page.wait_for_selector("p.flash:has-text('version 2')")
+        rule = Quotas(coord).get("user-day")
+        assert (rule.usd, rule.calls, rule.version) == (0.05, 40, 2)
+        assert Quotas(coord).audit("user-day")[-1]["actor"] == "olga (dashboard)"
+
+        page.fill(f"{edit} input[name=usd]", "lots")  # refused with its reason
+        page.click(f"{edit} button[type=submit]")
+        assert "usd" in page.inner_text("main") and "must be a number" in page.content()
+        assert Quotas(coord).get("user-day").version == 2
+
+        page.goto(http.base + "/quotas")
+        page.click('tr.rule[data-rule="user-day"] form.rule-delete button')
+        page.wait_for_selector("p.flash:has-text('quota user-day deleted by olga')")
+        assert Quotas(coord).rules() == []
+
+
+def test_a_viewer_sees_rules_but_no_forms(coord: Coordinator, redis_url: str,
+                                          page: Any) -> None:
+    Quotas(coord).set(QuotaRule(id="team-day", match={"team": "research"}, usd=5.0),
+                      actor="t")
+    with dashboard(redis_url) as http:
+        _login(page, http.base, "victor", "victor-pw")
+        assert page.inner_text('tr.rule[data-rule="team-day"]').split("\t")[:3] == [
+            "team-day", "team=research", "5.0"]
+        assert page.locator("form.rule-edit, form.rule-new, form.rule-delete").count() == 0
+        assert "needs an operator" in page.inner_text("main")

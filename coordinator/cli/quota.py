@@ -3,7 +3,7 @@ rules at runtime; every change is audited and applies to the next call everywher
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -11,22 +11,13 @@ from rich.table import Table
 from ..errors import QuotaRuleError
 from ..quotas import QuotaRule, Quotas, QuotaStatus
 from ..quotas.refusal import amount_text
+from ..quotas.rules import match_from_pairs
 from ._common import JsonOption, connect, console, fail, print_json
 
 app = typer.Typer(no_args_is_help=True, help="Standing budgets: quota rules and buckets.")
 
 ActorOption = Annotated[str | None, typer.Option(
     "--actor", help="Who makes the change, for the audit (default: USER@HOST).")]
-
-
-def _match(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        label, sep, value = pair.partition("=")
-        if not sep:
-            fail(f"--match takes label=value (value * for each value); got {pair!r}", 2)
-        out[label] = value
-    return out
 
 
 @app.command("set")
@@ -49,7 +40,7 @@ def set_rule(
 ) -> None:
     """Create or change a rule (its match cannot change)."""
     try:
-        rule = QuotaRule(id=rule_id, match=_match(match), usd=usd, tokens=tokens,
+        rule = QuotaRule(id=rule_id, match=match_from_pairs(match), usd=usd, tokens=tokens,
                          calls=calls, period=period, tz=tz, retention_s=retention)
     except QuotaRuleError as exc:
         fail(str(exc), 2)
@@ -73,12 +64,6 @@ def delete_rule(
         print(f"quota {rule_id} deleted")
 
 
-def _status_json(s: QuotaStatus) -> dict[str, Any]:
-    return {"rule": s.rule_id, "bucket": s.bucket, "period": s.period, "window": s.window,
-            "spent": s.spent, "in_grants": s.in_grants, "limits": s.limits,
-            "resets_in_s": s.resets_in_s}
-
-
 def _table(rows: list[QuotaStatus]) -> Table:
     table = Table("rule", "bucket", "window (period)", "spent", "in grants", "limit",
                   "resets in")
@@ -100,7 +85,7 @@ def list_rules(ctx: typer.Context, as_json: JsonOption = False) -> None:
         rows = [s for rule in rules for s in quotas.status(rule)]
         if as_json:
             print_json(lambda: {"rules": [r.id for r in rules],
-                                "buckets": [_status_json(s) for s in rows]}, None)
+                                "buckets": [s.as_dict() for s in rows]}, None)
             return
         if not rules:
             print("no quota rules")
@@ -121,8 +106,8 @@ def show_rule(
         rows = quotas.status(rule)
         audit = quotas.audit(rule_id)
         if as_json:
-            print_json(lambda: {"rule": {**_rule_fields(rule)},
-                                "buckets": [_status_json(s) for s in rows],
+            print_json(lambda: {"rule": rule.as_dict(),
+                                "buckets": [s.as_dict() for s in rows],
                                 "audit": audit}, None)
             return
         out = console()
@@ -133,8 +118,3 @@ def show_rule(
         for event in audit:
             out.print(f"{event.get('ts', '')} {event.get('actor', '')} {event.get('action', '')}")
 
-
-def _rule_fields(rule: QuotaRule) -> dict[str, Any]:
-    return {"id": rule.id, "match": rule.match, "usd": rule.usd, "tokens": rule.tokens,
-            "calls": rule.calls, "period": rule.period, "tz": rule.tz,
-            "retention_s": rule.retention_s, "version": rule.version}

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..store.dashboard_reads import BACKEND_ERRORS
+from . import quota_edit
 from .live import Listener
 from .metrics import CONTENT_TYPE, registry_for, render
 from .runtime import Dashboard
@@ -136,6 +137,28 @@ def api_routes(dash: Dashboard) -> list[Route]:
         return JSONResponse(dash.sessions.page(dash.tenant(request, who),
                                                **page_query(request)))
 
+    def quotas(request: Request) -> Response:
+        who = dash.principal(request)
+        return JSONResponse(quota_edit.rules_json(svc.coordinators[dash.tenant(request, who)]))
+
+    async def quota(request: Request) -> Response:
+        who = dash.principal(request)
+        coord = svc.coordinators[dash.tenant(request, who)]
+        rule_id = request.path_params["id"]
+        if request.method == "GET":
+            return JSONResponse(await run_in_threadpool(quota_edit.rule_json, coord, rule_id))
+        dash.check_action(request, who, request.headers.get("x-csrf-token"))
+        if request.method == "DELETE":
+            await run_in_threadpool(quota_edit.delete_rule, coord, rule_id, who.name)
+            return JSONResponse({"deleted": rule_id, "by": who.name})
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ValueError("the body must be JSON: {\"usd\": 500, ...}") from None
+        rule = await run_in_threadpool(quota_edit.change_rule, coord, rule_id,
+                                       quota_edit.changes_from_body(body), who.name)
+        return JSONResponse({"rule": rule.as_dict(), "by": who.name})
+
     def healthz(request: Request) -> Response:
         dash.ensure_started()
         try:
@@ -191,5 +214,6 @@ def api_routes(dash: Dashboard) -> list[Route]:
             Route("/api/trees/{id}/abort", abort, methods=["POST"]),
             Route("/api/spend", spend), Route("/api/spend.csv", spend_csv),
             Route("/api/shield", shield), Route("/api/sessions", sessions),
-            Route("/api/live", live),
+            Route("/api/live", live), Route("/api/quotas", quotas),
+            Route("/api/quotas/{id}", quota, methods=["GET", "PUT", "DELETE"]),
             Route("/healthz", healthz), Route("/metrics", metrics)]

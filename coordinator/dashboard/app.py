@@ -18,7 +18,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import ContextNotFoundError
+from ..errors import ContextNotFoundError, QuotaNotFoundError
 from ..runtime.coordinator import Coordinator
 from ..store.dashboard_reads import BACKEND_ERRORS
 from .alerts import Webhook
@@ -103,6 +103,7 @@ def create_app(
 
     handlers: dict[Any, Any] = {
         ContextNotFoundError: handler(404), UnknownTenantError: handler(404),
+        QuotaNotFoundError: handler(404),
         ValueError: handler(400), Forbidden: handler(403), NeedLogin: need_login,
         NotRunningError: handler(409),
         **{cls: handler(503, "Redis is unavailable; this page retries in 5 s",

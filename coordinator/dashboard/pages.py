@@ -1,6 +1,6 @@
 """The HTML pages (Jinja2, autoescaped): overview, tree, spend, shield, sessions, quotas,
-login; and the tree page's abort form. Each page renders the same service data as its
-API twin."""
+login; the tree page's abort form and the Quotas page's rule forms. Each page renders the
+same service data as its API twin."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ..core.labels import LABELS
+from ..quotas import Quotas
+from . import quota_edit
 from .api import clean_reason, page_query, since_of, trees_query
 from .auth import LoginThrottle, csrf_ok, csrf_token
 from .charts import day_bars
@@ -98,8 +100,29 @@ def page_routes(dash: Dashboard) -> list[Route]:
     def quotas(request: Request) -> Response:
         who = dash.principal(request)
         tenant = dash.tenant(request, who)
+        coord = svc.coordinators[tenant]
         return dash.render(request, "quotas.html", who=who, tenant=tenant,
-                           data=quota_page(svc.coordinators[tenant]))
+                           data=quota_page(coord), rules=Quotas(coord).rules(),
+                           message=request.query_params.get("msg"))
+
+    async def quota_action(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        coord = svc.coordinators[tenant]
+        form = await request.form()
+        csrf = form.get("csrf")
+        dash.check_action(request, who, csrf if isinstance(csrf, str) else None)
+        if request.path_params.get("id"):
+            rule_id = request.path_params["id"]
+            await run_in_threadpool(quota_edit.delete_rule, coord, rule_id, who.name)
+            message = f"quota {rule_id} deleted by {who.name}"
+        else:
+            rule_id, changes = quota_edit.changes_from_form(form)
+            rule = await run_in_threadpool(quota_edit.change_rule, coord, rule_id, changes,
+                                           who.name)
+            message = f"quota {rule.id} set by {who.name} (version {rule.version})"
+        query = urlencode({"tenant": tenant, "msg": message})
+        return RedirectResponse(f"{dash.base(request)}/quotas?{query}", 303)
 
     def sessions(request: Request) -> Response:
         who = dash.principal(request)
@@ -153,6 +176,7 @@ def page_routes(dash: Dashboard) -> list[Route]:
     return [Route("/", overview), Route("/trees/{id}", tree),
             Route("/trees/{id}/abort", abort, methods=["POST"]),
             Route("/spend", spend), Route("/shield", shield), Route("/sessions", sessions),
-            Route("/quotas", quotas),
+            Route("/quotas", quotas), Route("/quotas/set", quota_action, methods=["POST"]),
+            Route("/quotas/{id}/delete", quota_action, methods=["POST"]),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"])]

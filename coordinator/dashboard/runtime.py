@@ -188,7 +188,7 @@ class Dashboard:
             raise Forbidden("actions need an authenticated operator; no credentials are "
                             "configured (BUDGET_DASHBOARD_USERS or BUDGET_DASHBOARD_TOKENS)")
         if not who.operator:
-            raise Forbidden(f"{who.name} is a {who.role}; aborting needs an operator")
+            raise Forbidden(f"{who.name} is a {who.role}; this action needs an operator")
         if who.via == "bearer":
             return
         origin = request.headers.get("origin")

@@ -7,13 +7,15 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from ..errors import QuotaNotFoundError
+from ..errors import QuotaNotFoundError, QuotaRuleError
 from ..runtime.coordinator import Coordinator
 from .keeper import keeper_of
 from .periods import window_at
-from .rules import DIMS, QuotaRule
+from .rules import DIMS, RULE_FIELDS, QuotaRule
 
 
 def default_actor() -> str:
@@ -40,6 +42,12 @@ class QuotaStatus:
     resets_in_s: float | None
     """Seconds until the next window opens (None: a total never resets)."""
 
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``budgetctl quota list --json`` and the dashboard's API."""
+        return {"rule": self.rule_id, "bucket": self.bucket, "period": self.period,
+                "window": self.window, "spent": self.spent, "in_grants": self.in_grants,
+                "limits": self.limits, "resets_in_s": self.resets_in_s}
+
 
 class Quotas:
     """Quota rules of one coordinator's tenant."""
@@ -60,6 +68,26 @@ class Quotas:
         self.keeper.revoke(rule.id)
         self.keeper.rules(fresh=True)
         return dataclasses.replace(rule, version=version)
+
+    def change(self, rule_id: str, changes: Mapping[str, object], *,
+               actor: str | None = None) -> QuotaRule:
+        """:meth:`set` the rule with ``changes`` (fields of RULE_FIELDS; None removes a
+        limit) applied over its stored fields, or over the defaults for a new rule.
+        QuotaRuleError names a field that is not a rule's, and every invalid value."""
+        unknown = sorted(set(changes) - set(RULE_FIELDS))
+        if unknown:
+            raise QuotaRuleError(unknown[0], changes[unknown[0]],
+                                 f"is not a rule field (one of {', '.join(RULE_FIELDS)})")
+        try:
+            fields = self.get(rule_id).as_dict()
+        except QuotaNotFoundError:
+            fields = {}
+        fields.update(changes)
+        fields.pop("version", None)
+        fields["id"] = rule_id
+        if "match" not in fields:
+            raise QuotaRuleError("match", None, "a new rule needs a match (label=value)")
+        return self.set(QuotaRule(**fields), actor=actor)
 
     def get(self, rule_id: str) -> QuotaRule:
         """The rule in force; QuotaNotFoundError if none."""

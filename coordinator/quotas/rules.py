@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,18 +131,37 @@ class QuotaRule:
         """The most a tree asks for at once in ``dim``."""
         return max(1, math.ceil(self.limits[dim] * self.grant_fraction))
 
+    def as_dict(self) -> dict[str, Any]:
+        """The rule's fields (what ``QuotaRule(**fields)`` takes)."""
+        return {"id": self.id, "match": dict(self.match), "usd": self.usd,
+                "tokens": self.tokens, "calls": self.calls, "period": self.period,
+                "tz": self.tz, "retention_s": self.retention_s,
+                "grant_fraction": self.grant_fraction, "version": self.version}
+
     def to_json(self) -> str:
-        return json.dumps({"id": self.id, "match": self.match, "usd": self.usd,
-                           "tokens": self.tokens, "calls": self.calls,
-                           "period": self.period, "tz": self.tz,
-                           "retention_s": self.retention_s,
-                           "grant_fraction": self.grant_fraction, "version": self.version},
-                          sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> QuotaRule:
         data: dict[str, Any] = json.loads(text)
         return cls(**data)
+
+
+RULE_FIELDS = ("match", "usd", "tokens", "calls", "period", "tz", "retention_s",
+               "grant_fraction")
+"""What a change to a rule may set (its id names it; the store sets its version)."""
+
+
+def match_from_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    """``["team=research", "user=*"]`` as a match; QuotaRuleError for a pair without '='."""
+    out = {}
+    for pair in pairs:
+        label, sep, value = pair.partition("=")
+        if not sep:
+            raise QuotaRuleError("match", pair, "takes label=value (value * for each value "
+                                 "separately)")
+        out[label.strip()] = value.strip()
+    return out
 
 
 def _escaped(value: str) -> str:
