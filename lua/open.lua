@@ -19,12 +19,14 @@
 --
 -- The hash records the path as 'mid', the ids between the root and this context ('' at
 -- depth 0 and 1; the key names the root and the context), so that its values stay under
--- Redis' 64-byte listpack limit for shallow trees. Every ancestor must exist with the
+-- Redis' 64-byte listpack limit for shallow trees (an ancestor opened by an earlier
+-- version records the whole path as 'path'). Every ancestor must exist with the
 -- recorded path (a token cannot graft a context onto another tree). The effective
--- deadline is the earliest of the timeout, the absolute deadline and every ancestor's. A child opened under a stopped ancestor, or past its
--- deadline, is created and halts on first use; the stop is reported at once. An ancestor
--- with a corrupt limit, counter or deadline is reported as stopped (state_corrupt) and
--- leaves the child nothing to inherit (its next reserve stops that ancestor).
+-- deadline is the earliest of the timeout, the absolute deadline and every ancestor's.
+-- A child opened under a stopped ancestor, or past its deadline, is created and halts
+-- on first use; the stop is reported at once. An ancestor with a corrupt limit, counter
+-- or deadline is reported as stopped (state_corrupt) and leaves the child nothing to
+-- inherit (its next reserve stops that ancestor).
 -- Returns {1, deadline_ms, created_ms, clamped_csv, usd, steps, retries, stop_reason,
 --          stopped_by} (the effective limits of the three base dimensions, -1 when
 --          unlimited; stop_reason '' when nothing above is stopped),
@@ -49,7 +51,7 @@ local extra = tonumber(ARGV[9])
 local triples = 10 + 2 * extra
 local dims = {}
 for i = triples, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
-local wanted = {'status', 'mid', 'reason', 'deadline'}
+local wanted = {'status', 'mid', 'path', 'reason', 'deadline'}
 local counted = {}   -- dim -> the dimensions whose counters it limits
 for _, d in ipairs(dims) do
   wanted[#wanted + 1] = 'l:' .. d
@@ -72,7 +74,11 @@ for a = 1, nanc do
   local h = {}
   for i, f in ipairs(wanted) do h[f] = v[i] end
   if not h.status then return {0, 'missing', ids[a]} end
-  if (h.mid or '') ~= table.concat(ids, ',', 2, a - 1) then return {0, 'bad_path', ids[a]} end
+  local placed = not h.mid and h.path  -- opened by a version that kept 'path'
+  if placed and h.path ~= table.concat(ids, ',', 1, a)
+      or not placed and (h.mid or '') ~= table.concat(ids, ',', 2, a - 1) then
+    return {0, 'bad_path', ids[a]}
+  end
   if h.status ~= 'running' and stop_reason == '' then
     stop_reason, stopped_by = h.reason or h.status, ids[a]
   end

@@ -28,8 +28,11 @@ class Path:
 def stored_ids(h: Mapping[str, str], root: str, ctx_id: str) -> tuple[str, ...]:
     """The ids from ``root`` down to ``ctx_id`` as the context's hash ``h`` records
     them: ``mid``, the ids between the two (lua/open.lua: the whole path would pass
-    Redis' 64-byte listpack limit from depth 1)."""
+    Redis' 64-byte listpack limit from depth 1), or ``path``, the whole path, in a hash
+    written by an earlier version."""
     if ctx_id == root:
         return (root,)
+    if "mid" not in h and h.get("path"):
+        return tuple(h["path"].split(","))
     mid = h.get("mid") or ""
     return (root, *(mid.split(",") if mid else ()), ctx_id)
