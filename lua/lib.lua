@@ -433,6 +433,16 @@ end
 -- (budgetctl repair) charge it as it was asked, once.
 -- ARGV[late_at] '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
 -- returns {0} with a SettleLate event on the ledger, and charges nothing.
+-- How a keyed call is remembered for its replays: a step whose node is not 'ok' (it
+-- raised an error that is not retryable, hit a limit or was cancelled) as 'halted', so a
+-- replay does not go on as if it had returned.
+local function remembered(outcome, node)
+  if outcome == 'ok' and node ~= '' and string.match(node, '"status": "(%a+)"') ~= 'ok' then
+    return 'halted'
+  end
+  return outcome
+end
+
 local function close_reservation(outcome, step, retry, late_at)
   local first, id = 5, ARGV[1]
   local finished, done = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
@@ -478,7 +488,7 @@ local function close_reservation(outcome, step, retry, late_at)
     redis.call('ZREM', KEYS[2], id)
     redis.call('ZADD', finished, now, id)
     if now % FINISHED_TRIM_EVERY == 0 then trim_finished(finished, now) end
-    if rec.k then redis.call('HSET', done, id, outcome) end
+    if rec.k then redis.call('HSET', done, id, remembered(outcome, ARGV[3])) end
     if code == 4 then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
     if ARGV[3] ~= '' then
       append_capped(KEYS[3], ARGV[4], ARGV[3])

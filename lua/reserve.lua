@@ -10,7 +10,8 @@
 -- ARGV[3]     path ids, comma-separated, root first (same order as the levels in KEYS)
 -- ARGV[4]     abort channel (pub/sub, not a key)
 -- ARGV[5]     '1' when the id is a call key (the same call replayed, e.g. a redelivered
---             task, gets the same id): its outcome is remembered in KEYS[last]
+--             task, gets the same id): its outcome ('ok', 'error', 'skip' or 'halted',
+--             lib.lua remembered) is kept in KEYS[last]
 -- ARGV[6..]   pairs: dimension, amount (integers; steps 1 is always among them)
 --
 -- Every level is checked (status, deadline in Redis time, each dimension's limit against

@@ -24,6 +24,7 @@ from coordinator import (
     current_context,
     report_usage,
 )
+from coordinator.context.wrap import run_sync
 from coordinator.errors import (
     ContextExistsError,
     ContextNotFoundError,
@@ -400,6 +401,34 @@ def test_replayed_work_is_not_charged_twice(coord: Coordinator) -> None:
         assert runs == ["A", "B", "C"]
         assert task.get_snapshot().cost_usd_accumulated == pytest.approx(0.30)
         for h in (first, second, third, task):
+            h.close()
+    check_tree(coord.client, root.chain_id)
+
+
+def test_a_replayed_call_that_raised_halts_instead_of_going_on(coord: Coordinator) -> None:
+    runs: list[str] = []
+
+    def broken() -> None:
+        runs.append("run")
+        raise KeyError("not retryable")
+
+    with ExecutionContext(config()) as root:
+        task = root.spawn_child(metadata=ChainMetadata(request_id="t", chain_id="task-r"))
+        first = ExecutionContext.attach(task.token)
+        first.enable_call_keys()
+        with pytest.raises(KeyError):
+            first.wrap_llm_call(broken, WrapOptions(cost_estimate_hint=0.01,
+                                                    retry_on=(TimeoutError,)))
+        assert first.wrap_llm_call(lambda: None) == Decision.ALLOW
+        coord.store.flush()
+        again = ExecutionContext.attach(task.token)  # the work redelivered
+        again.enable_call_keys()
+        outcome = run_sync(again._state, again, "llm", broken, WrapOptions())
+        assert (outcome.decision, outcome.reason) == (Decision.HALT, "replayed")
+        assert "halted" in outcome.detail
+        assert again.wrap_llm_call(lambda: None) == Decision.ALLOW  # it returned
+        assert runs == ["run"] and task.get_snapshot().step_count == 2
+        for h in (first, again, task):
             h.close()
     check_tree(coord.client, root.chain_id)
 

@@ -43,7 +43,8 @@ from .steps import Steps
 log = logging.getLogger("coordinator")
 
 Kind = Literal["llm", "tool"]
-_REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT}
+_REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT,
+             "halted": Decision.HALT}
 MAX_OFFLINE_EVENTS = 1000
 """The events kept of calls refused while Redis was away (the latest; older are dropped)."""
 

@@ -80,8 +80,9 @@ class ContextIdentityMembers:
         """Give this handle's calls replayable ids, ``<chain_id>:<n>`` with n counting from
         0. Work replayed in a new handle of the same context (a task redelivered after its
         worker died) is then recognised call by call: a call that already finished is not
-        run or charged again (``wrap_*`` returns ALLOW, RETRY or HALT as it ended, and
-        ``evaluate`` returns None), and a call that was in flight is settled once.
+        run or charged again (``wrap_*`` returns ALLOW, RETRY or HALT as it ended, HALT
+        for one that raised, and ``evaluate`` returns None), and a call that was in
+        flight is settled once.
         The replayed work must make its calls in the same order."""
         self._state.call_seq = itertools.count()
 
