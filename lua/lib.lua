@@ -433,11 +433,13 @@ end
 -- (budgetctl repair) charge it as it was asked, once.
 -- ARGV[late_at] '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
 -- returns {0} with a SettleLate event on the ledger, and charges nothing.
--- How a keyed call is remembered for its replays: a step whose node is not 'ok' (it
--- raised an error that is not retryable, hit a limit or was cancelled) as 'halted', so a
--- replay does not go on as if it had returned.
+-- How a keyed call is remembered for its replays: a step that ended without returning
+-- (it raised an error that is not retryable, hit a limit or was cancelled) as 'halted', so
+-- a replay does not go on as if it had returned. A reaped one ('lost': its worker died)
+-- stays 'ok': the replay goes on without running it again.
+local ENDED_WITHOUT_RETURN = {error = true, halted = true, timeout = true, aborted = true}
 local function remembered(outcome, node)
-  if outcome == 'ok' and node ~= '' and string.match(node, '"status": "(%a+)"') ~= 'ok' then
+  if outcome == 'ok' and ENDED_WITHOUT_RETURN[string.match(node, '"status": "(%a+)"') or ''] then
     return 'halted'
   end
   return outcome

@@ -433,6 +433,26 @@ def test_a_replayed_call_that_raised_halts_instead_of_going_on(coord: Coordinato
     check_tree(coord.client, root.chain_id)
 
 
+def test_a_replayed_call_whose_worker_died_is_not_run_again(coord: Coordinator) -> None:
+    runs: list[str] = []
+    with ExecutionContext(config()) as root:
+        task = root.spawn_child(metadata=ChainMetadata(request_id="t", chain_id="task-l"))
+        first = ExecutionContext.attach(task.token)
+        first.enable_call_keys()
+        coord.store.reserve(first._path, "task-l:0", ["usd", 10_000, "steps", 1], keyed=True)
+        coord.client.zadd(coord.keyspace.leases(root.root_id), {"task-l:0": 0})  # lapsed
+        assert root.wrap_llm_call(lambda: None) == Decision.ALLOW  # its reserve reaps it
+        coord.store.flush()
+        assert [n.status for n in task.get_snapshot().nodes] == ["lost"]
+        again = ExecutionContext.attach(task.token)
+        again.enable_call_keys()
+        assert again.wrap_llm_call(lambda: runs.append("run")) == Decision.ALLOW
+        assert runs == [] and task.get_snapshot().cost_usd_accumulated == pytest.approx(0.01)
+        for h in (first, again, task):
+            h.close()
+    check_tree(coord.client, root.chain_id)
+
+
 def test_models_take_the_specifications_positional_signatures() -> None:
     assert ExecutionConfig(0.5, 10, 3, 15_000) == ExecutionConfig(
         max_cost_usd=0.5, max_steps=10, max_retries_total=3, timeout_ms=15_000)
