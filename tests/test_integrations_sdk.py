@@ -295,6 +295,24 @@ def test_timeouts_are_failed_calls_and_each_sdk_retry_a_call(coord: Coordinator,
         assert snap.retries_used == 2 and snap.cost_usd_reserved == 0
 
 
+def test_an_abort_cancels_a_sync_request_waiting_for_its_headers(
+        coord: Coordinator, provider: ProviderServer) -> None:
+    client = budgeted(oai(provider, max_retries=2))
+    with root() as ctx:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=5)
+        timer = threading.Timer(0.3, ctx.abort, args=("operator pressed stop",))
+        timer.start()  # the second request reuses the first one's pooled connection
+        started = time.monotonic()
+        with pytest.raises(BudgetExceededError) as err:
+            client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=5,
+                                           extra_headers={"x-fake-wait-ms": "5000"})
+        took = time.monotonic() - started
+        timer.join()
+    assert err.value.reason == "aborted" and took < 2  # not the provider's 5 s
+    assert len(provider.provider.stats()) == 1  # the first; no SDK retry of the second
+    assert [n.status for n in ctx.get_snapshot().nodes] == ["ok", "aborted"]
+
+
 def test_an_abort_cancels_an_async_request_waiting_for_its_headers(
         coord: Coordinator, provider: ProviderServer) -> None:
     async def run() -> tuple[float, BudgetExceededError]:

@@ -163,3 +163,16 @@ def cut_connection(extensions: dict[str, Any]) -> None:
             shutdown(socket.SHUT_RDWR)
         except OSError:  # already closed
             pass
+
+
+def cut_waiting(transport: object, extensions: dict[str, Any]) -> None:
+    """Shut down the connection a request (named by its ``extensions``, the dict httpx2
+    hands on to its connection pool) is waiting on for its response headers, when
+    ``transport`` is an ``httpx2.HTTPTransport``: its pool is the one place that knows
+    which connection serves the request. Through any other transport, nothing is cut
+    (the request ends when the provider answers or its timeout passes)."""
+    pool = getattr(transport, "_pool", None)
+    for waiting in list(getattr(pool, "_requests", ())):
+        if getattr(waiting.request, "extensions", None) is extensions:
+            connection = getattr(waiting.connection, "_connection", None)
+            cut_connection({"network_stream": getattr(connection, "_network_stream", None)})

@@ -2,7 +2,8 @@
 endpoint (the sync one; ``AsyncBudgetTransport`` is in async_transport.py). Each request
 is one wrapped call: reserved from its body before a byte is sent, settled from its
 response's usage, a stream metered event by event and cut at what the call holds, an
-abort shutting its connection down. Any other request passes through untouched."""
+abort shutting its connection down (also while it waits for the response's headers).
+Any other request passes through untouched."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..context.execution import ExecutionContext
 from ..context.steps import drive
 from ..models import Decision
 from .errors import BudgetExceededError
-from .exchange import Exchange, ProviderError, cut_connection
+from .exchange import Exchange, ProviderError, cut_connection, cut_waiting
 from .prepare import (
     TransportSettings,
     context_for,
@@ -52,10 +53,14 @@ class BudgetTransport(httpx2.BaseTransport):
         if isinstance(started, Outcome):
             raise ex.refusal(started, _snapshot(ctx))
         assert ex.call is not None
+        unhook = ex.call.token.on_cancel(
+            lambda _reason: cut_waiting(self.inner, request.extensions))
         try:
             response = self.inner.handle_request(request)
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
             raise _failed(ex, exc) from exc
+        finally:
+            unhook()
         if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
             raw = _read(ex, response)
             if response.status_code >= 400:
