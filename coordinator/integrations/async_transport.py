@@ -153,12 +153,12 @@ class AsyncMeteredBody(httpx2.AsyncByteStream):
         unhook = call.token.on_cancel(lambda _r: cut_connection(self.response.extensions))
         try:
             async for chunk in self.response.stream:  # type: ignore[union-attr]
-                for event in splitter.feed(chunk):
-                    cut = ex.observe(event.data)
-                    yield event.raw
-                    if cut:
-                        await self.aclose()
-                        return
+                passed, cut = ex.meter_chunk(splitter, chunk)
+                if passed:
+                    yield passed
+                if cut:
+                    await self.aclose()
+                    return
             if call.token.cancelled:
                 raise CancelledByContext(call.token.reason or "cancelled")
             rest = splitter.rest()

@@ -21,6 +21,7 @@ from ..core.usage import UsageMeter
 from ..models import ContextSnapshot, Decision
 from .errors import BudgetExceededError
 from .request_plan import RequestPlan
+from .sse import EventSplitter
 
 
 class ProviderError(Exception):
@@ -108,6 +109,16 @@ class Exchange:
                 self.stop_reason = "output_allowance"
                 return True
         return False
+
+    def meter_chunk(self, splitter: EventSplitter, chunk: bytes) -> tuple[bytes, bool]:
+        """Meter the events ``chunk`` completes: (their bytes, to hand on in one piece,
+        up to the event the stream is cut at; whether it is cut there)."""
+        passed = []
+        for event in splitter.feed(chunk):
+            passed.append(event.raw)
+            if self.observe(event.data):
+                return b"".join(passed), True
+        return b"".join(passed), False
 
     def _metered(self) -> None:
         """Hand the stream's usage so far to the call (before it settles)."""

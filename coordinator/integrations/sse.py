@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,19 +26,18 @@ class EventSplitter:
     def __init__(self) -> None:
         self._buffer = b""
 
-    def feed(self, chunk: bytes) -> Iterator[Event]:
+    def feed(self, chunk: bytes) -> list[Event]:
         """The events that ``chunk`` completes (an event may span many chunks)."""
-        self._buffer += chunk
-        while True:
-            end = _END.search(self._buffer)
-            if end is None:
-                if len(self._buffer) > _MAX_BUFFER:  # not an event stream: pass it on
-                    raw, self._buffer = self._buffer, b""
-                    yield Event(raw, None)
-                return
-            raw, block = self._buffer[:end.end()], self._buffer[:end.start()]
-            self._buffer = self._buffer[end.end():]
-            yield Event(raw, _data(block))
+        buffer = self._buffer + chunk if self._buffer else chunk
+        events, pos = [], 0
+        while (end := _END.search(buffer, pos)) is not None:
+            events.append(Event(buffer[pos:end.end()], _data(buffer[pos:end.start()])))
+            pos = end.end()
+        self._buffer = buffer[pos:] if pos else buffer
+        if len(self._buffer) > _MAX_BUFFER:  # not an event stream: pass it on
+            events.append(Event(self._buffer, None))
+            self._buffer = b""
+        return events
 
     def rest(self) -> bytes:
         """What is left after the last complete event (handed on at the end)."""

@@ -135,8 +135,9 @@ def no_context(error_class: type[BudgetExceededError]) -> BudgetExceededError:
 
 
 class MeteredBody(httpx2.SyncByteStream):
-    """A streamed response's bytes, handed on event by event as they are metered; the
-    call settles when the stream ends, is cut, is closed by its reader, or fails."""
+    """A streamed response's bytes, handed on as they are metered (the events each network
+    chunk completes, in one piece); the call settles when the stream ends, is cut, is
+    closed by its reader, or fails."""
 
     def __init__(self, ex: Exchange, response: httpx2.Response) -> None:
         self.ex = ex
@@ -149,12 +150,12 @@ class MeteredBody(httpx2.SyncByteStream):
         unhook = call.token.on_cancel(lambda _r: cut_connection(self.response.extensions))
         try:
             for chunk in self.response.stream:  # type: ignore[union-attr]
-                for event in splitter.feed(chunk):
-                    cut = ex.observe(event.data)
-                    yield event.raw
-                    if cut:
-                        self.close()
-                        return
+                passed, cut = ex.meter_chunk(splitter, chunk)
+                if passed:
+                    yield passed
+                if cut:
+                    self.close()
+                    return
             if call.token.cancelled:  # the abort shut the connection down
                 raise CancelledByContext(call.token.reason or "cancelled")
             rest = splitter.rest()
