@@ -1,7 +1,7 @@
 """A local OpenAI- and Anthropic-compatible provider for the integration tests: an ASGI
-app (Starlette) under uvicorn on a free port, with Chat Completions, Responses,
-Embeddings and Messages, non-streaming and SSE, tool calls, 429/500 on demand and a log
-of every request it answered (the request counter).
+app (Starlette) under uvicorn (or hypercorn, for HTTP/2) on a free port, with Chat
+Completions, Responses, Embeddings and Messages, non-streaming and SSE, tool calls,
+429/500 on demand and a log of every request it answered (the request counter).
 
 Behaviour is asked per request with headers (SDKs send them with ``extra_headers``):
 ``x-fake-status`` (answer that status), ``x-fake-fail-first`` + ``x-fake-key`` (fail the
@@ -19,6 +19,7 @@ import asyncio
 import gc
 import json
 import math
+import socket
 import threading
 import time
 import warnings
@@ -337,6 +338,41 @@ class ProviderServer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
             gc.collect()
+
+
+class ProviderServerH2(ProviderServer):
+    """The fake provider under hypercorn, which also speaks HTTP/2 over cleartext (a
+    client with ``http1=False, http2=True`` multiplexes its requests on one connection)."""
+
+    def __init__(self) -> None:  # noqa: D107 - the parent's, served by hypercorn
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config
+
+        self.provider = FakeProvider()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = Config()
+        config.bind = [f"127.0.0.1:{self.port}"]
+        config.loglevel = "WARNING"
+        self.loop = asyncio.new_event_loop()
+        self.stopping = asyncio.Event()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, daemon=True,
+                                       args=(serve(build_app(self.provider), config,
+                                                   shutdown_trigger=self.stopping.wait),))
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and self.thread.is_alive()
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stopping.set)
+        self.thread.join(10)
+        self.loop.close()
 
 
 def main() -> None:

@@ -159,6 +159,8 @@ class AsyncMeteredBody(httpx2.AsyncByteStream):
                 if cut:
                     await self.aclose()
                     return
+                if call.token.cancelled:  # an HTTP/2 stream, whose connection is not cut
+                    break
             if call.token.cancelled:
                 raise CancelledByContext(call.token.reason or "cancelled")
             rest = splitter.rest()

@@ -9,6 +9,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore2
+
 from ..context import tracing
 from ..context.call import Call, Outcome, begin
 from ..context.chunk_meter import ChunkMeter, estimate_tokens
@@ -163,8 +165,12 @@ class Exchange:
 
 
 def cut_connection(extensions: dict[str, Any]) -> None:
-    """Shut the socket of a response down (from any thread): the read waiting on it
-    returns at once, and the provider sees the client gone."""
+    """Shut the socket of an HTTP/1.1 response down (from any thread): the read waiting on
+    it returns at once, and the provider sees the client gone. An HTTP/2 connection
+    carries other requests too (of other trees, maybe): it is never cut, and the metered
+    stream stops at its next read instead (MeteredBody)."""
+    if extensions.get("http_version", b"HTTP/1.1") not in (b"HTTP/1.1", b"HTTP/1.0"):
+        return
     stream = extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     # a socket.socket, or the asyncio.TransportSocket of an async client's connection
@@ -180,10 +186,12 @@ def cut_waiting(transport: object, extensions: dict[str, Any]) -> None:
     """Shut down the connection a request (named by its ``extensions``, the dict httpx2
     hands on to its connection pool) is waiting on for its response headers, when
     ``transport`` is an ``httpx2.HTTPTransport``: its pool is the one place that knows
-    which connection serves the request. Through any other transport, nothing is cut
-    (the request ends when the provider answers or its timeout passes)."""
+    which connection serves the request. Only an HTTP/1.1 connection is cut (one request
+    at a time); through any other transport or over HTTP/2, nothing is (the request ends
+    when the provider answers or its timeout passes)."""
     pool = getattr(transport, "_pool", None)
     for waiting in list(getattr(pool, "_requests", ())):
         if getattr(waiting.request, "extensions", None) is extensions:
             connection = getattr(waiting.connection, "_connection", None)
-            cut_connection({"network_stream": getattr(connection, "_network_stream", None)})
+            if isinstance(connection, httpcore2.HTTP11Connection):
+                cut_connection({"network_stream": connection._network_stream})

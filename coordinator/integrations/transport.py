@@ -156,7 +156,9 @@ class MeteredBody(httpx2.SyncByteStream):
                 if cut:
                     self.close()
                     return
-            if call.token.cancelled:  # the abort shut the connection down
+                if call.token.cancelled:  # an HTTP/2 stream, whose connection is not cut
+                    break
+            if call.token.cancelled:  # the abort shut the connection, or was seen between reads
                 raise CancelledByContext(call.token.reason or "cancelled")
             rest = splitter.rest()
             if rest:
