@@ -102,14 +102,12 @@ def show_rule(
     """A rule, its buckets now, and its audit trail."""
     with connect(ctx) as coord:
         quotas = Quotas(coord)
+        if as_json:
+            print_json(lambda: quotas.report(rule_id), None)
+            return
         rule = quotas.get(rule_id)
         rows = quotas.status(rule)
         audit = quotas.audit(rule_id)
-        if as_json:
-            print_json(lambda: {"rule": rule.as_dict(),
-                                "buckets": [s.as_dict() for s in rows],
-                                "audit": audit}, None)
-            return
         out = console()
         out.print(f"quota {rule.id} (version {rule.version}): match "
                   + ", ".join(f"{k}={v}" for k, v in sorted(rule.match.items()))

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..quotas import Quotas
 from ..store.dashboard_reads import BACKEND_ERRORS
 from . import quota_edit
 from .live import Listener
@@ -139,14 +140,14 @@ def api_routes(dash: Dashboard) -> list[Route]:
 
     def quotas(request: Request) -> Response:
         who = dash.principal(request)
-        return JSONResponse(quota_edit.rules_json(svc.coordinators[dash.tenant(request, who)]))
+        return JSONResponse(Quotas(svc.coordinators[dash.tenant(request, who)]).overview())
 
     async def quota(request: Request) -> Response:
         who = dash.principal(request)
         coord = svc.coordinators[dash.tenant(request, who)]
         rule_id = request.path_params["id"]
         if request.method == "GET":
-            return JSONResponse(await run_in_threadpool(quota_edit.rule_json, coord, rule_id))
+            return JSONResponse(await run_in_threadpool(Quotas(coord).report, rule_id))
         dash.check_action(request, who, request.headers.get("x-csrf-token"))
         if request.method == "DELETE":
             await run_in_threadpool(quota_edit.delete_rule, coord, rule_id, who.name)

@@ -100,9 +100,10 @@ def page_routes(dash: Dashboard) -> list[Route]:
     def quotas(request: Request) -> Response:
         who = dash.principal(request)
         tenant = dash.tenant(request, who)
-        coord = svc.coordinators[tenant]
+        quotas = Quotas(svc.coordinators[tenant])
+        rules = quotas.rules()
         return dash.render(request, "quotas.html", who=who, tenant=tenant,
-                           data=quota_page(coord), rules=Quotas(coord).rules(),
+                           data=quota_page(quotas, rules), rules=rules,
                            message=request.query_params.get("msg"))
 
     async def quota_action(request: Request) -> Response:

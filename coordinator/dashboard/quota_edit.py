@@ -1,10 +1,9 @@
 """Quota rules changed from the dashboard (docs/dashboard.md): the API's JSON body and the
-Quotas page's form made into changes of a rule (every value checked, typed errors), and
-the rules as the API returns them. The change is audited under the operator's name."""
+Quotas page's form made into changes of a rule (every value checked, typed errors). The
+change is audited under the operator's name."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,13 +34,11 @@ def _form_number(name: str, text: str) -> float | int | None:
     text = text.strip()
     if not text:
         return None
-    try:
+    try:  # (QuotaRule checks the value: NaN, infinite, negative, too large)
         value: float | int = FORM_LIMITS[name](text)
     except ValueError:
         raise QuotaRuleError(name, text, "must be a number" if name == "usd"
                              else "must be a whole number") from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise QuotaRuleError(name, text, "must be finite (not NaN or infinite)")
     return value
 
 
@@ -60,22 +57,6 @@ def changes_from_form(form: Mapping[str, Any]) -> tuple[str, dict[str, object]]:
         if fields.get(name):
             changes[name] = fields[name]
     return fields.get("id", ""), changes
-
-
-def rules_json(coord: Coordinator) -> dict[str, Any]:
-    """Every rule and every bucket in its current window."""
-    quotas = Quotas(coord)
-    rules = quotas.rules()
-    return {"rules": [r.as_dict() for r in rules],
-            "buckets": [s.as_dict() for r in rules for s in quotas.status(r)]}
-
-
-def rule_json(coord: Coordinator, rule_id: str) -> dict[str, Any]:
-    """One rule, its buckets now, and its audit trail (QuotaNotFoundError if none)."""
-    quotas = Quotas(coord)
-    rule = quotas.get(rule_id)
-    return {"rule": rule.as_dict(), "buckets": [s.as_dict() for s in quotas.status(rule)],
-            "audit": quotas.audit(rule_id)}
 
 
 def change_rule(coord: Coordinator, rule_id: str, changes: Mapping[str, object],

@@ -4,22 +4,22 @@ over the last windows, and the trees drawing from it now."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from ..quotas import Quotas
+from ..quotas import QuotaRule, Quotas
 from ..quotas.refusal import amount_text
-from ..runtime.coordinator import Coordinator
 
 HISTORY_WINDOWS = 7
 
 
-def quota_page(coord: Coordinator) -> list[dict[str, Any]]:
-    """One entry per bucket: rule, bucket, period, window, resets_in_s, bars (per limited
-    dimension: spent and held as percent of the limit, and their texts), history
-    (window, percent of the limit spent, text) and trees (roots holding a grant)."""
-    quotas = Quotas(coord)
+def quota_page(quotas: Quotas, rules: Sequence[QuotaRule]) -> list[dict[str, Any]]:
+    """One entry per bucket of ``rules``: rule, bucket, period, window, resets_in_s, bars
+    (per limited dimension: spent and held as percent of the limit, and their texts),
+    history (window, percent of the limit spent, text) and trees (roots holding a
+    grant)."""
     out = []
-    for rule in quotas.rules():
+    for rule in rules:
         grants = quotas.qs.grants(rule.id)
         for s in quotas.status(rule):
             bars = []

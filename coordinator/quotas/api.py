@@ -107,6 +107,19 @@ class Quotas:
         self.keeper.revoke(rule_id)
         self.keeper.rules(fresh=True)
 
+    def overview(self) -> dict[str, Any]:
+        """Every rule, and every bucket in its current window (the dashboard's JSON)."""
+        rules = self.rules()
+        return {"rules": [r.as_dict() for r in rules],
+                "buckets": [s.as_dict() for r in rules for s in self.status(r)]}
+
+    def report(self, rule_id: str) -> dict[str, Any]:
+        """One rule, its buckets now and its audit trail, as ``budgetctl quota show
+        --json`` and the dashboard print them; QuotaNotFoundError if none."""
+        rule = self.get(rule_id)
+        return {"rule": rule.as_dict(), "buckets": [s.as_dict() for s in self.status(rule)],
+                "audit": self.audit(rule_id)}
+
     def audit(self, rule_id: str) -> list[dict[str, str]]:
         """Who changed the rule and how (actor, action, before, after, ts), oldest first."""
         return self.qs.audit(rule_id)
