@@ -421,18 +421,6 @@ local function trim_finished(finished, now)
   end
 end
 
--- The body of settle.lua and release.lua (their KEYS/ARGV layout): take the open
--- reservation ARGV[1], remember that it finished (and a keyed one's outcome), finish it
--- with the amounts in ARGV[late_at + 1..], append the node record, and return
--- {1, level, reason, detail, ...} for the levels it stopped. An id that already finished
--- returns {0} and changes nothing. An id never held here (lost in a failover) is charged
--- to the path in KEYS all the same: {4, level, reason, detail, ...}; {5} when that path
--- does not exist here either (recorded, not charged). {3, level, 'state_corrupt', detail}:
--- a counter on the path is corrupt, nothing was charged, the reservation stays held with
--- this finish kept in its record (f = {outcome, node, amounts}): the reaper and a repair
--- (budgetctl repair) charge it as it was asked, once.
--- ARGV[late_at] '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
--- returns {0} with a SettleLate event on the ledger, and charges nothing.
 -- How a keyed call is remembered for its replays: a step that ended without returning
 -- (it raised an error that is not retryable, hit a limit or was cancelled) as 'halted', so
 -- a replay does not go on as if it had returned. A reaped one ('lost': its worker died)
@@ -445,6 +433,18 @@ local function remembered(outcome, node)
   return outcome
 end
 
+-- The body of settle.lua and release.lua (their KEYS/ARGV layout): take the open
+-- reservation ARGV[1], remember that it finished (and a keyed one's outcome), finish it
+-- with the amounts in ARGV[late_at + 1..], append the node record, and return
+-- {1, level, reason, detail, ...} for the levels it stopped. An id that already finished
+-- returns {0} and changes nothing. An id never held here (lost in a failover) is charged
+-- to the path in KEYS all the same: {4, level, reason, detail, ...}; {5} when that path
+-- does not exist here either (recorded, not charged). {3, level, 'state_corrupt', detail}:
+-- a counter on the path is corrupt, nothing was charged, the reservation stays held with
+-- this finish kept in its record (f = {outcome, node, amounts}): the reaper and a repair
+-- (budgetctl repair) charge it as it was asked, once.
+-- ARGV[late_at] '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
+-- returns {0} with a SettleLate event on the ledger, and charges nothing.
 local function close_reservation(outcome, step, retry, late_at)
   local first, id = 5, ARGV[1]
   local finished, done = KEYS[#KEYS - 2], KEYS[#KEYS - 1]

@@ -74,9 +74,9 @@ for a = 1, nanc do
   local h = {}
   for i, f in ipairs(wanted) do h[f] = v[i] end
   if not h.status then return {0, 'missing', ids[a]} end
-  local placed = not h.mid and h.path  -- opened by a version that kept 'path'
-  if placed and h.path ~= table.concat(ids, ',', 1, a)
-      or not placed and (h.mid or '') ~= table.concat(ids, ',', 2, a - 1) then
+  local whole_path = not h.mid and h.path  -- opened by a version that kept 'path'
+  if whole_path and h.path ~= table.concat(ids, ',', 1, a)
+      or not whole_path and (h.mid or '') ~= table.concat(ids, ',', 2, a - 1) then
     return {0, 'bad_path', ids[a]}
   end
   if h.status ~= 'running' and stop_reason == '' then
