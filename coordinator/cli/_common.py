@@ -4,10 +4,8 @@ it reports (and their exit codes), and the --watch loop."""
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -38,15 +36,6 @@ def console() -> Console:
     """The console of stdout. Piped, it is wide enough that no id is cut or wrapped."""
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(highlight=False, width=1000 if wide else None)
-
-
-def operator_name() -> str:
-    """Who runs budgetctl, ``user@host``: kept in the events of the actions taken."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -8,7 +8,8 @@ import typer
 
 from ..core.paths import Path
 from ..errors import ContextNotFoundError
-from ._common import connect, operator_name
+from ..runtime.actor import user_at_host
+from ._common import connect
 from .help_format import PlainCommand, PlainGroup
 from .reads import locate
 
@@ -31,7 +32,7 @@ def abort(
 ) -> None:
     """Stop a context and its whole subtree, durably, in every process."""
     said = " ".join(reason or []).strip()
-    text = (said or f"aborted with budgetctl by {operator_name()}")[:MAX_REASON]
+    text = (said or f"aborted with budgetctl by {user_at_host()}")[:MAX_REASON]
     with connect(ctx) as coord:
         where = locate(coord, context_id)
         reply = coord.store.abort(Path(where.root, where.ids), "aborted", text)

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import connect, operator_name
+from ..runtime.actor import user_at_host
+from ._common import connect
 from .help_format import PlainCommand, PlainGroup
 from .reads import locate
 
@@ -23,7 +24,7 @@ def repair(
     """Re-validate a context after its fields were fixed; lift its state_corrupt stop."""
     with connect(ctx) as coord:
         where = locate(coord, context_id)
-        done = coord.repair(where.ctx_id, operator=f"budgetctl by {operator_name()}")
+        done = coord.repair(where.ctx_id, operator=f"budgetctl by {user_at_host()}")
         for name, (was, now) in sorted(done.holds.items()):
             print(f"{name}: {was} -> {now} (what the open reservations hold)")
         for rid in done.charged:

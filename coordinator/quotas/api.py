@@ -5,26 +5,16 @@ the state of each bucket's window."""
 from __future__ import annotations
 
 import dataclasses
-import getpass
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import QuotaNotFoundError, QuotaRuleError
+from ..runtime.actor import user_at_host
 from ..runtime.coordinator import Coordinator
 from .keeper import keeper_of
 from .periods import window_at
 from .rules import DIMS, RULE_FIELDS, QuotaRule
-
-
-def default_actor() -> str:
-    """Who is changing a rule, when not said: user@host."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 @dataclass(frozen=True)
@@ -64,7 +54,7 @@ class Quotas:
         stored (with its version)."""
         body = rule.to_json()
         version = self.qs.put_rule(body, rule.id, rule.match, rule.limits,
-                                   actor or default_actor())
+                                   actor or user_at_host())
         self.keeper.revoke(rule.id)
         self.keeper.rules(fresh=True)
         return dataclasses.replace(rule, version=version)
@@ -103,7 +93,7 @@ class Quotas:
     def delete(self, rule_id: str, *, actor: str | None = None) -> None:
         """Delete a rule (trees stop drawing from it; its windows stay for their
         retention); QuotaNotFoundError if none."""
-        self.qs.delete_rule(rule_id, actor or default_actor())
+        self.qs.delete_rule(rule_id, actor or user_at_host())
         self.keeper.revoke(rule_id)
         self.keeper.rules(fresh=True)
 
