@@ -127,19 +127,17 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                 served = yield from take_slice(state, lease, amounts)
                 taking = False
             if not served:
-                res = yield Reserve(state.store, state.path, call_id, amounts, keyed,
-                                    resend=state.has_time_to_resend())
-                backend.succeeded(state.backend_key)
-                if grant_short(res):  # a quota grant of the tree to top up (quotas/)
-                    res = yield from refill_and_reserve(state.coord, state.path, call_id,
-                                                        amounts, keyed, res)
-                if isinstance(res, Refused) and res.expired:
-                    # holds whose process stopped renewing them may be what left no room:
-                    # settle them, wait until they landed, and ask once more
+                mark = state.store.wire.write_mark()
+                res = yield from _reserve(state, call_id, amounts, keyed)
+                if isinstance(res, Refused) and (res.expired or (
+                        res.level >= 0 and not res.stopped
+                        and state.store.wire.wrote_since(mark))):
+                    # what left no room may be holds whose process stopped renewing them
+                    # (settle them), or this process's own settles still on their way
+                    # (sent by the flusher): let them land and ask once more
                     reap(state, res.expired)
                     yield Blocking(state.store.flush)
-                    res = yield Reserve(state.store, state.path, call_id, amounts, keyed,
-                                        resend=state.has_time_to_resend())
+                    res = yield from _reserve(state, call_id, amounts, keyed)
     except UNAVAILABLE as exc:
         if is_stall(exc):
             backend.failed(exc, state.backend_key)
@@ -170,6 +168,20 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     if res.expired:
         reap(state, res.expired)
     return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts)))
+
+
+def _reserve(state: ContextState, call_id: str, amounts: list[str | int], keyed: bool
+             ) -> Steps[Held | Refused | Replayed]:
+    """Hold the call's estimate at every level (one round trip), topping up a quota grant
+    of the tree that is short (quotas/)."""
+    res: Held | Refused | Replayed = yield Reserve(state.store, state.path, call_id,
+                                                   amounts, keyed,
+                                                   resend=state.has_time_to_resend())
+    state.coord.backend.succeeded(state.backend_key)
+    if grant_short(res):
+        res = yield from refill_and_reserve(state.coord, state.path, call_id, amounts,
+                                            keyed, res)
+    return res
 
 
 def _admit(call: Call) -> Steps[Call | Outcome]:

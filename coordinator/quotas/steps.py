@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..core.paths import Path
 from ..runtime.coordinator import Coordinator
@@ -19,7 +19,7 @@ GRANT_SHORT = "quota_grant"
 """reserve.lua's refusal reason when a quota grant of the root cannot cover the call."""
 
 
-def grant_short(result: object) -> bool:
+def grant_short(result: object) -> TypeGuard[Refused]:
     """Whether a reserve was refused for a quota grant to top up."""
     return isinstance(result, Refused) and result.reason == GRANT_SHORT
 

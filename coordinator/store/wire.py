@@ -139,6 +139,17 @@ class Wire:
         Raises if Redis is unreachable; the writes stay queued."""
         self._send_queued([], None, after_earlier=True, along=along)
 
+    def write_mark(self) -> int:
+        """A mark for :meth:`wrote_since`: the batches of queued writes numbered above it
+        are those in flight now and those taken off the queue later."""
+        with self._lock:
+            return min(self._open_batches) - 1 if self._open_batches else self._batch_seq
+
+    def wrote_since(self, mark: int) -> bool:
+        """Whether queued writes of this process were in flight at ``mark`` or were sent
+        since: a round trip made meanwhile may have reached Redis before them."""
+        return self._batch_seq > mark
+
     # -- read-your-writes ----------------------------------------------------------------
 
     def _send_queued(self, ops: Sequence[Op], reads: Callable[[Any], None] | None, *,
