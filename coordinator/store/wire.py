@@ -81,13 +81,12 @@ class Wire:
         self._lock = threading.Lock()
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
         self._local = threading.local()
-        self._conns: list[ThreadConn] = []
         # Batches of queued writes taken off the queue and not yet landed, by number: a
         # read waits for those taken before it (read-your-writes).
         self._batch_seq = 0
         self._open_batches: set[int] = set()
         self._landed = threading.Condition()
-        self._conns_pid = os.getpid()
+        self._pid = os.getpid()
         self.hot_timeout_s: float | None = None
         """Connect and reply timeout of this wire's connections (None: the client's)."""
 
@@ -155,14 +154,8 @@ class Wire:
     def _send_queued(self, ops: Sequence[Op], reads: Callable[[Any], None] | None, *,
                      after_earlier: bool, along: Sequence[Op] = ()) -> list[Any]:
         """:meth:`round_trip`; with ``after_earlier``, every write this process made
-        before the call lands first: the replies owed on each of its connections are
-        read, and the batches of queued writes that other threads (the flusher) took off
-        the queue before this call took its own are sent."""
-        if after_earlier:
-            with self._lock:
-                self._forget_parent_locked()
-                conns = list(self._conns)
-            self._drain(conns)
+        before the call lands first: the batches of queued writes that other threads (the
+        flusher) took off the queue before this call took its own are sent."""
         pending, batch, taken_at = self._take_pending(along or (ops if reads is None else ()))
         try:
             if after_earlier:
@@ -258,52 +251,25 @@ class Wire:
         return out
 
     def _send_conn(self, conn: ThreadConn, ops: Sequence[Op]) -> list[Any]:
-        """``ops`` packed into one write on ``conn``, the replies read in order. Replies
-        still owed to earlier write-behind sends on that connection are read first and
-        acknowledged. (redis-py's Pipeline and pool bookkeeping cost more than the round
-        trip itself at this size.) With replicated durability a WAIT follows the ops, and
+        """``ops`` packed into one write on ``conn``, the replies read in order.
+        (redis-py's Pipeline and pool bookkeeping cost more than the round trip itself at
+        this size.) With replicated durability a WAIT follows the ops, and
         NotReplicatedError is raised when too few replicas acknowledged them."""
         sent = [*ops, _WAIT] if ops and self.durability.waits else list(ops)
-        with conn.lock:
-            earlier, conn.unacked = conn.unacked, []
-            try:
-                self.topology.ready(conn.conn)
-                conn.dropped = False
-                conn.conn.send_packed_command(pack([self._command(op) for op in sent]))
-                acks = [read_reply(conn.conn) for _ in earlier]
-                out = [read_reply(conn.conn) for _ in sent]
-            except BaseException as exc:  # a half-read connection must not be reused as is
-                tag_node(exc, conn.node)  # the breaker opens for this node only
-                conn.drop()
-                # they may or may not have run: all idempotent
-                self._requeue([o for o in earlier if o is not _WAIT])
-                raise
-            # under the lock: a reader draining this connection finds them acknowledged
-            # (a failed one back in the queue) once it gets the lock
-            self._acknowledge(earlier, acks)
+        try:
+            self.topology.ready(conn.conn)
+            conn.conn.send_packed_command(pack([self._command(op) for op in sent]))
+            out = [read_reply(conn.conn) for _ in sent]
+        except BaseException as exc:  # a half-read connection must not be reused as is
+            tag_node(exc, conn.node)  # the breaker opens for this node only
+            conn.drop()
+            raise
         if len(sent) > len(ops) and not self._replicated(out[-1]):
             raise not_replicated(out[-1], self.durability, conn.node)
         return out[: len(ops)]
 
     def _replicated(self, wait_reply: Any) -> bool:
         return isinstance(wait_reply, int) and wait_reply >= self.durability.replicas
-
-    def _drain(self, conns: Sequence[ThreadConn]) -> None:
-        """Read the replies owed on ``conns`` and acknowledge them."""
-        for conn in conns:
-            if not conn.unacked:
-                continue
-            with conn.lock:
-                owed, conn.unacked = conn.unacked, []
-                try:
-                    acks = [read_reply(conn.conn) for _ in owed]
-                except (redis.ConnectionError, redis.TimeoutError, OSError):
-                    conn.drop()
-                    self._requeue([o for o in owed if o is not _WAIT])
-                    continue
-                # under the lock: a reader draining this connection finds them
-                # acknowledged (a failed one back in the queue) once it gets the lock
-                self._acknowledge(owed, acks)
 
     def _acknowledge(self, ops: Sequence[Op], replies: Sequence[Any]) -> None:
         """Settle the bookkeeping of sent ops; failed ones go back to the queue (after a
@@ -350,16 +316,13 @@ class Wire:
             if self.hot_timeout_s is not None:
                 set_timeouts(raw, self.hot_timeout_s)
             conn = local.conns[node] = ThreadConn(raw, node)
-            with self._lock:
-                self._forget_parent_locked()
-                self._conns.append(conn)
         return conn
 
     def _forget_parent_locked(self) -> None:
-        """In a forked child, the parent's connections and batches are not ours (called
-        with ``_lock`` held)."""
-        if self._conns_pid != os.getpid():
-            self._conns, self._conns_pid = [], os.getpid()
+        """In a forked child, the parent's batches in flight are not ours (called with
+        ``_lock`` held)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
             self._open_batches.clear()
 
     def _take_pending(self, along: Sequence[Op]) -> tuple[list[Op], int, int]:

@@ -4,7 +4,6 @@ replies read."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,19 +36,12 @@ def read_reply(conn: Any) -> Any:
 
 
 class ThreadConn:
-    """One thread's own connection to ``node``, with the ops sent on it whose replies are
-    unread."""
+    """One thread's own connection to ``node``."""
 
     def __init__(self, conn: Any, node: str) -> None:
         self.conn, self.node = conn, node
-        self.lock = threading.Lock()
-        self.unacked: list[Any] = []  # the wire's ops
-        self.dropped = False
-        """Disconnected by a fault: a write-behind send queues its op instead of
-        reconnecting here (a connect to a stalled Redis would block the caller's thread,
-        an event loop's for async callers); the next round trip reconnects it."""
 
     def drop(self) -> None:
-        """Disconnect after a fault (a half-read connection must not be reused as is)."""
+        """Disconnect after a fault (a half-read connection must not be reused as is): the
+        next round trip reconnects it."""
         self.conn.disconnect()
-        self.dropped = True
