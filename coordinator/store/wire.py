@@ -132,10 +132,10 @@ class Wire:
             self._pending.append(op)
 
     def flush(self, along: Sequence[Op] = ()) -> None:
-        """Make every write-behind op land: read the replies owed on every connection,
-        wait for the queued writes other threads are sending, and send what is queued
-        (on a Cluster, with ``along``, only what is queued for the nodes of ``along``).
-        Raises if Redis is unreachable; the writes stay queued."""
+        """Make every write-behind op land: wait for the queued writes other threads are
+        sending, and send what is queued (on a Cluster, with ``along``, only what is
+        queued for the nodes of ``along``). Raises if Redis is unreachable; the writes
+        stay queued."""
         self._send_queued([], None, after_earlier=True, along=along)
 
     def write_mark(self) -> int:

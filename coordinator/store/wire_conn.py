@@ -1,6 +1,5 @@
-"""The wire's connections and bytes: one thread's connection to a node (the ops sent on it
-whose replies are unread, and whether a fault dropped it), commands packed into RESP and
-replies read."""
+"""The wire's connections and bytes: one thread's connection to a node, commands packed
+into RESP and replies read."""
 
 from __future__ import annotations
 
