@@ -68,7 +68,7 @@ def connect(ctx: typer.Context) -> Iterator[Coordinator]:
         fail(redact_url(str(exc)), 1)
     finally:
         if coord is not None:
-            coord.client.close()
+            coord.close()
 
 
 def print_json(read: Callable[[], Any], watch_s: float | None) -> None:

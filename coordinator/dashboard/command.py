@@ -81,7 +81,7 @@ def run_alerts(redis_url: str | None = None, *, tenants: Sequence[str] | None = 
         if notifier is not None:
             notifier.close()
         for c in coords.values():
-            c.client.close()
+            c.close()
 
 
 def serve(redis_url: str | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,

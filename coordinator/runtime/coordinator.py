@@ -104,6 +104,7 @@ class Coordinator:
         self._timers: Timers | None = None
         self._listener: StopListener | None = None
         self._closed = False
+        self._owns_client = False  # from_url made the client: close() closes it
         self._clock_offset_ms = 0.0  # Redis time - local time, refreshed on every reserve
         self._flusher = Flusher(self.store.flush, self.call_later)
         self.shown_url = describe_client(client)
@@ -140,6 +141,7 @@ class Coordinator:
             if name not in kwargs and os.environ.get(env):
                 kwargs[name] = int(os.environ[env])
         coord = cls(client, long_timeout_ms=long_timeout_ms, **kwargs)
+        coord._owns_client = True
         coord.shown_url = redact_url(url)
         return coord
 
@@ -269,7 +271,8 @@ class Coordinator:
             self.store.renew_leases()
 
     def close(self) -> None:
-        """Flush queued writes and stop the background threads."""
+        """Flush queued writes, stop the background threads and disconnect (the client
+        too when ``from_url`` made it; a later call reconnects)."""
         if self._closed:
             return
         try:
@@ -284,3 +287,6 @@ class Coordinator:
             self._timers.close()
         if self._listener is not None:
             self._listener.stop(lambda: wake(self.client, self.keyspace.abort_channel))
+        self.store.wire.close()
+        if self._owns_client:
+            self.client.close()

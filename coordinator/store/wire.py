@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from .health import set_timeouts
 from .lateness import Lateness
 from .scripts import Scripts
 from .topology import Client, Durability, Wires
-from .wire_conn import ThreadConn, pack, read_reply
+from .wire_conn import ThreadConn, ThreadConns, pack, read_reply
 
 MAX_ATTEMPTS = 5
 """How many times a queued write is sent before it is given up (its lease then charges
@@ -81,6 +82,8 @@ class Wire:
         self._lock = threading.Lock()
         self._inflight: dict[str, str] = {}  # reservation id -> root, for lease renewal
         self._local = threading.local()
+        self._thread_conns: weakref.WeakSet[ThreadConns] = weakref.WeakSet()
+        self._conns_lock = threading.Lock()
         # Batches of queued writes taken off the queue and not yet landed, by number: a
         # read waits for those taken before it (read-your-writes).
         self._batch_seq = 0
@@ -309,14 +312,24 @@ class Wire:
         """This thread's connection to ``node`` (see Wires.node_of)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            local.conns, local.pid = {}, os.getpid()
-        conn: ThreadConn | None = local.conns.get(node)
+            local.conns, local.pid = ThreadConns(), os.getpid()
+            with self._conns_lock:
+                self._thread_conns.add(local.conns)
+        conns: ThreadConns = local.conns
+        conn = conns.by_node.get(node)
         if conn is None:
             raw = self.topology.connection(node)
             if self.hot_timeout_s is not None:
                 set_timeouts(raw, self.hot_timeout_s)
-            conn = local.conns[node] = ThreadConn(raw, node)
+            conn = conns.by_node[node] = ThreadConn(raw, node)
         return conn
+
+    def close(self) -> None:
+        """Disconnect every thread's connections (a later round trip reconnects)."""
+        with self._conns_lock:
+            every = list(self._thread_conns)
+        for conns in every:
+            conns.close()
 
     def _forget_parent_locked(self) -> None:
         """In a forked child, the parent's batches in flight are not ours (called with

@@ -44,3 +44,21 @@ class ThreadConn:
         """Disconnect after a fault (a half-read connection must not be reused as is): the
         next round trip reconnects it."""
         self.conn.disconnect()
+
+
+class ThreadConns:
+    """One thread's connections, by node. They are disconnected when the thread ends (its
+    thread-local storage, and with it this object, is freed) or the wire closes: redis-py's
+    connections sit in reference cycles, so a dropped one would keep its socket open until
+    the cyclic collector found it."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, ThreadConn] = {}
+
+    def close(self) -> None:
+        """Disconnect every connection (a later round trip reconnects)."""
+        for conn in list(self.by_node.values()):
+            conn.drop()
+
+    def __del__(self) -> None:
+        self.close()
