@@ -62,10 +62,14 @@ class FakeProvider:
         self.lock = threading.Lock()
         self.served: list[Served] = []
         self.failures: dict[str, int] = {}
+        self.generation = 0
+        """Bumped by reset: a request that began before it (a previous test's, still
+        waiting) is not recorded."""
 
-    def record(self, served: Served) -> Served:
+    def record(self, served: Served, generation: int) -> Served:
         with self.lock:
-            self.served.append(served)
+            if generation == self.generation:
+                self.served.append(served)
         return served
 
     def stats(self) -> list[dict[str, Any]]:
@@ -76,6 +80,7 @@ class FakeProvider:
         with self.lock:
             self.served.clear()
             self.failures.clear()
+            self.generation += 1
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -99,6 +104,7 @@ def prompt_tokens(body: dict[str, Any]) -> int:
 
 def build_app(provider: FakeProvider) -> Starlette:
     async def handle(request: Request) -> Response:
+        generation = provider.generation
         body = await request.json()
         path = request.url.path
         headers = {k: v for k, v in request.headers.items() if k.startswith(("x-", "budget",
@@ -121,7 +127,7 @@ def build_app(provider: FakeProvider) -> Starlette:
                     status = 500
         if status >= 400:
             served.status = status
-            provider.record(served)
+            provider.record(served, generation)
             return JSONResponse({"error": {"message": f"fake {status}", "type": "fake"}},
                                 status_code=status)
         limit = next((body[f] for f in ("max_completion_tokens", "max_output_tokens",
@@ -134,9 +140,9 @@ def build_app(provider: FakeProvider) -> Starlette:
         delay = int(request.headers.get("x-fake-delay-ms", "0")) / 1000
         if served.stream:
             events = _STREAMS[path.rsplit("/", 2)[-1]](body, served, tool)
-            return StreamingResponse(_paced(events, served, delay, provider),
+            return StreamingResponse(_paced(events, served, delay, provider, generation),
                                      media_type="text/event-stream")
-        provider.record(served)
+        provider.record(served, generation)
         return JSONResponse(_BODIES[path.rsplit("/", 2)[-1]](body, served, tool))
 
     routes = [Route(p, handle, methods=["POST"]) for p in (
@@ -295,8 +301,8 @@ _STREAMS = {"completions": _chat_stream, "messages": _messages_stream,
 
 
 async def _paced(events: list[bytes], served: Served, delay: float,
-                 provider: FakeProvider) -> AsyncIterator[bytes]:
-    provider.record(served)
+                 provider: FakeProvider, generation: int) -> AsyncIterator[bytes]:
+    provider.record(served, generation)
     try:
         for event in events:
             yield event
