@@ -117,7 +117,7 @@ def test_cluster_write_behind_pipes_per_node_and_indexes_spread(
                                WrapOptions(cost_estimate_hint=0.002)) == Decision.ALLOW
     cluster_coord.store.flush()
     # this thread's connections: one per node, not one for all
-    assert len(cluster_coord.store.wire._local.conns) == 3
+    assert len(cluster_coord.store.wire._local.conns.by_node) == 3
     client = cluster_coord.client
     nodes = {client.get_node_from_key(KS.ctx(r.chain_id, r.chain_id)).name for r in roots}
     assert len(nodes) == 3
@@ -204,7 +204,7 @@ def test_sentinel_url_writes_and_reads_the_same_primary(sentinel_coord: Coordina
     assert attached.wrap_llm_call(lambda: report_usage(cost_usd=0.02)) == Decision.ALLOW
     sentinel_coord.store.flush()
     assert root.get_snapshot().cost_usd_accumulated == pytest.approx(0.02)
-    assert {w.conn.port for w in sentinel_coord.store.wire._local.conns.values()} == {
+    assert {w.conn.port for w in sentinel_coord.store.wire._local.conns.by_node.values()} == {
         sentinels.primary_port()}
     root.close()
 
