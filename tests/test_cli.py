@@ -41,6 +41,9 @@ def _run(ctx_id: str | None = None, usd: float = 1.0, spend: float = 0.0,
 
 
 def _cli(capsys: Capture, redis_url: str, *args: str) -> tuple[int, str, str]:
+    # budgetctl reads through a connection of its own: the settles this process wrote
+    # behind land first, as they have by the time an operator looks
+    Coordinator.default().store.flush()
     code = main(["--redis", redis_url, *args])
     out, err = capsys.readouterr()
     return code, out, err
