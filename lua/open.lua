@@ -30,9 +30,13 @@
 -- Returns {1, deadline_ms, created_ms, clamped_csv, usd, steps, retries, stop_reason,
 --          stopped_by} (the effective limits of the three base dimensions, -1 when
 --          unlimited; stop_reason '' when nothing above is stopped),
---         {0, 'exists'}, {0, 'missing', ancestor id} or {0, 'bad_path', ancestor id}.
+--         {0, 'exists', closed} (closed: 1 when that context is closed, else 0),
+--         {0, 'missing', ancestor id} or {0, 'bad_path', ancestor id}.
 
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 'exists'} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local held = redis.call('HMGET', KEYS[1], 'status', 'closed_ms')
+  return {0, 'exists', (held[1] == 'closed' or held[2]) and 1 or 0}
+end
 local now = now_ms()
 local nanc = #KEYS - 2
 local ids = split(ARGV[3])

@@ -4,6 +4,7 @@ the same tree, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -177,7 +178,7 @@ def test_a_celery_task_whose_id_is_another_trees_context_records_nothing(
     """The task decorator rejoins on ContextExistsError (a redelivered message): with an
     id of another tree there is nothing to rejoin in its own tree, so the task fails with
     ContextExistsError, and nothing is charged to or written in either tree."""
-    from worker.decorator import _open
+    from coordinator.celery.decorator import _open
 
     root, _ = tree_with_spent_child(coord, "task-id")
     mine = ExecutionContext(CFG, metadata=meta("tree-b"), coordinator=coord2)
@@ -205,12 +206,30 @@ def test_a_taken_id_in_the_same_tree_is_refused_as_before(coord: Coordinator) ->
         root.spawn_child(metadata=meta("same-kid"))
     with pytest.raises(ContextExistsError):
         child.spawn_child(metadata=meta("same"))  # the root's id, lower in its own tree
-    after = dump(coord.client)
-    roots = coord.keyspace.roots_shard("same")
-    assert after.pop(roots)[1][0][0] == before.pop(roots)[1][0][0] == "same"  # re-stamped
-    assert after == before
+    assert dump(coord.client) == before  # the root's time among the open trees included
     child.close()
     root.close()
+
+
+def test_a_refused_reopen_of_a_closed_tree_changes_nothing(
+        coord: Coordinator, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Opening the id of a closed tree is refused and leaves the open-trees index (and
+    so ``budgetctl top``) as it was: the closed tree is not listed as open again."""
+    done = ExecutionContext(CFG, metadata=meta("done-tree"), coordinator=coord)
+    assert spend(done, 0.2) == Decision.ALLOW
+    done.close()
+    live = ExecutionContext(CFG, metadata=meta("live-tree"), coordinator=coord)
+    coord.store.flush()
+    before = dump(coord.client)
+    for taken in ("done-tree", "live-tree"):
+        with pytest.raises(ContextExistsError):
+            ExecutionContext(CFG, metadata=meta(taken), coordinator=coord)
+    assert dump(coord.client) == before  # the open-trees index and its times included
+    assert coord.views.active_roots() == ["live-tree"]
+    capsys.readouterr()
+    assert main(["--redis", redis_url, "top", "--json"]) == 0
+    assert [t["id"] for t in json.loads(capsys.readouterr().out)["trees"]] == ["live-tree"]
+    live.close()
 
 
 def test_a_retried_open_whose_first_attempt_went_through_still_opens(
@@ -251,7 +270,7 @@ def test_a_retried_open_whose_first_attempt_went_through_still_opens(
 
 def test_a_redelivered_task_rejoins_its_context(coord: Coordinator,
                                                 coord2: Coordinator) -> None:
-    from worker.decorator import _open
+    from coordinator.celery.decorator import _open
 
     parent = ExecutionContext(CFG, metadata=meta("celery-parent"), coordinator=coord)
     for token, path in ((None, ("task-1",)), (parent.token, ("celery-parent", "task-2"))):

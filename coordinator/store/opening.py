@@ -45,6 +45,8 @@ class OpenRefused:
     reason: Literal["exists", "missing", "bad_path"]
     ancestor: str | None = None
     """The ancestor id that is missing or misplaced."""
+    closed: bool = False
+    """The context holding the id (``exists`` in this tree) is closed."""
 
 
 def _text(value: Any) -> str | None:
@@ -63,7 +65,7 @@ def decode_open(reply: list[Any]) -> Opened | OpenRefused:
             return OpenRefused("missing", ancestor)
         if reason == "bad_path":
             return OpenRefused("bad_path", ancestor)
-        return OpenRefused("exists")
+        return OpenRefused("exists", closed=ancestor == "1")
     clamped = tuple(c for c in str(reply[3]).split(",") if c)
     limits = {d: int(v) for d, v in zip(LIMIT_DIMS, reply[4:7], strict=True) if int(v) >= 0}
     return Opened(int(reply[1]), int(reply[2]), clamped, limits, str(reply[7]) or None,
@@ -85,7 +87,8 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     second round trip (only then) removes it again, and the other tree's locator is
     never written. An id located in this tree is no conflict (a retried open, a
     redelivered task): the script decides, as for any id. A locator this call claimed
-    for a context it did not create (``missing``, ``bad_path``) is let go again."""
+    for a context it did not create (``missing``, ``bad_path``) is let go again, and a
+    root's entry among the open trees is put back as it was before a refused open."""
     parent = path.parent_id or path.ctx_id
     keys = [
         ks.ctx(path.root, path.ctx_id),
@@ -104,8 +107,9 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     ops = [command("SET", locator, path.root, "NX"), command("GET", locator),
            Op("open", keys, args)]
     if len(path.ids) == 1:
-        ops.append(command("ZADD", ks.roots_shard(path.root), int(time.time() * 1000),
-                           path.root))
+        ops += [command("ZSCORE", ks.roots_shard(path.root), path.root),
+                command("ZADD", ks.roots_shard(path.root), int(time.time() * 1000),
+                        path.root)]
     results = wire.round_trip(ops)
     claimed, holder, reply = results[0], results[1], results[2]
     if isinstance(claimed, Exception):  # no claim (out of memory): no context either
@@ -118,6 +122,8 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     if isinstance(opened, OpenRefused):
         if claimed and opened.reason != "exists":  # claimed for nothing created
             _release_locator(wire.client, ks, path)
+        if len(path.ids) == 1:
+            _restore_root_entry(wire.client, ks, path, results[3], opened.closed)
         return opened
     located = None if claimed else _text(holder)  # the root holding the id already
     if located is not None and located != path.root:
@@ -138,6 +144,22 @@ def _undo_open(client: Client, ks: KeySpace, path: Path) -> None:
     else:
         pipe.zrem(ks.roots_shard(path.root), path.root)
     pipe.execute(raise_on_error=False)  # a key on another node (MOVED) was not written
+
+
+def _restore_root_entry(client: Client, ks: KeySpace, path: Path, before: Any,
+                        closed: bool) -> None:
+    """Put a refused root's entry among the open trees back as it was before the open's
+    ZADD: its former creation time, or no entry for a closed tree (a tree open without
+    an entry keeps the one added: another open of it may have just added it). Best
+    effort, like every write of that view."""
+    key = ks.roots_shard(path.root)
+    try:
+        if before is not None and not isinstance(before, Exception):
+            client.zadd(key, {path.root: float(before)}, xx=True)  # gone if closed since
+        elif closed:
+            client.zrem(key, path.root)
+    except redis.RedisError as exc:
+        log.warning("could not restore the open-trees entry of %s: %s", path.root, exc)
 
 
 def _release_locator(client: Client, ks: KeySpace, path: Path) -> None:
