@@ -96,7 +96,3 @@ def decode_value(text: str) -> Any:
     """The value stored as ``text``."""
     return json.loads(text)
 
-
-def entry_bytes(key: str, text: str) -> int:
-    """What one entry counts against a context's data limit."""
-    return len(key.encode()) + len(text.encode())

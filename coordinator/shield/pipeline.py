@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..models import Decision, SafetyEvent
 
@@ -30,18 +30,6 @@ class ToolCallContext:
     tags: dict[str, str] = field(default_factory=dict)
     step_count: int = 0
     """Steps completed in the context before this call (as last seen by this process)."""
-
-
-class ShieldHook(Protocol):
-    """A hook implements any subset of these methods; a missing one allows. Returning
-    None means ALLOW."""
-
-    def before_llm_call(self, ctx: ToolCallContext) -> Decision | None: ...
-    def before_tool_call(self, ctx: ToolCallContext) -> Decision | None: ...
-    def before_egress(self, ctx: ToolCallContext, url: str) -> Decision | None: ...
-    def before_charge(self, ctx: ToolCallContext, cost_usd: float) -> Decision | None: ...
-    def on_error(self, ctx: ToolCallContext, error: BaseException) -> Decision | None: ...
-    def on_charge(self, ctx: ToolCallContext, cost_usd: float) -> None: ...
 
 
 MAX_EVENTS = 1000

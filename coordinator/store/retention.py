@@ -40,13 +40,3 @@ def tree_keys(ks: KeySpace, root: str, contexts: list[str]) -> list[str]:
     return keys + [ks.reservations(root), ks.leases(root), ks.ledger(root), ks.done(root),
                    ks.finished(root), ks.by_model(root), *DataKeys(ks).tree_keys(root)]
 
-
-def expire_tree(client: Client, ks: KeySpace, root: str, retention_s: int) -> int:
-    """Start the retention clock on every key of the tree (contexts never closed
-    included; a key with a shorter clock keeps it). Returns how many contexts."""
-    contexts = walk(client, ks, root)
-    pipe = client.pipeline(transaction=False)
-    for key in tree_keys(ks, root, contexts):
-        pipe.expire(key, retention_s)
-    pipe.execute()
-    return len(contexts)
