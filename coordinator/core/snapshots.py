@@ -37,7 +37,9 @@ def metadata_from_hash(h: dict[str, str]) -> ChainMetadata:
 
 
 def config_from_hash(h: dict[str, str]) -> ExecutionConfig:
-    """The effective limits of a context, read back from its hash."""
+    """The effective limits of a context, read back from its hash. A lease policy is
+    stored with only its fields that differ from their defaults: ``{}`` is a policy of
+    default values, kept as one (no ``lease`` key: strict mode)."""
     requested = json.loads(h.get("config") or "{}")
     return ExecutionConfig.model_construct(
         max_cost_usd=micro_to_usd(int(h.get("l:usd") or 0)),
@@ -46,7 +48,7 @@ def config_from_hash(h: dict[str, str]) -> ExecutionConfig:
         timeout_ms=int(requested.get("timeout_ms") or 0),
         token_budget=None,
         deadline=ms_to_datetime(int(h.get("deadline") or 0)),
-        lease=LeasePolicy(**requested["lease"]) if requested.get("lease") else None,
+        lease=LeasePolicy(**requested["lease"]) if "lease" in requested else None,
     )
 
 
