@@ -5,12 +5,16 @@ lines without metavars that are not words, ``gc`` as its help says, ``sessions l
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import typer
+from typer.core import TyperGroup
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
-from coordinator.cli import main
+from coordinator.cli import app, main
 
 Capture = pytest.CaptureFixture[str]
 
@@ -46,16 +50,30 @@ def test_abort_with_a_quoted_reason_and_redis_after_it(coord: Coordinator, redis
     assert code == 0 and out.endswith(": operator pressed stop\n")
 
 
-COMMANDS = [[], ["top"], ["tree"], ["abort"], ["spend"], ["gc"], ["demo"], ["dashboard"],
-            ["sessions"], ["sessions", "list"], ["sessions", "cleanup"]]
+def _commands(group: TyperGroup, path: list[str]) -> Iterator[list[str]]:
+    yield path
+    for name, command in group.commands.items():
+        if isinstance(command, TyperGroup):
+            yield from _commands(command, [*path, name])
+        else:
+            yield [*path, name]
+
+
+ROOT = typer.main.get_command(app)
+assert isinstance(ROOT, TyperGroup)
+COMMANDS = list(_commands(ROOT, []))
+TYPE_TAG = re.compile(r"<[a-z][^>]*>")
+"""Typer's type placeholders: ``<bool>``, ``<str>``, ``<int range>``, ``<list[str]>``."""
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "budgetctl")
-def test_help_has_no_type_tags_on_flags_and_no_braces(command: list[str],
-                                                      capsys: Capture) -> None:
+def test_help_has_no_type_tags_and_no_braces_nor_cut_text(
+        command: list[str], capsys: Capture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     assert main([*command, "--help"]) == 0
     out = capsys.readouterr().out
-    assert "<bool>" not in out and "{" not in out, out
+    assert not TYPE_TAG.search(out) and "{" not in out, out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80, out
     usage = next(line for line in out.splitlines() if "Usage:" in line)
     if command == ["tree"]:
         assert usage.split() == ["Usage:", "budgetctl", "tree", "[OPTIONS]", "ID"]

@@ -56,8 +56,10 @@ def gc_command(
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print JSON (shape: docs/cli.md).")] = False,
 ) -> None:
-    """Close and expire the trees left open by processes that died (idle for --idle
-    seconds); their keys expire after the retention (BUDGET_RETENTION_S)."""
+    """Close and expire the trees left open by processes that died.
+
+    A tree idle for --idle seconds is closed; its keys expire after the retention
+    (BUDGET_RETENTION_S)."""
     with connect(ctx) as coord:
         report = gc(coord.store, coord.retention_s, idle, dry_run)
     if json_out:

@@ -1,6 +1,7 @@
-"""How budgetctl's help reads: flags without a type tag (Typer shows ``<bool>``) and
-arguments in usage lines as ``ID`` and ``[REASON]...`` (Typer shows ``{ID}``). Every
-command and group of budgetctl is built with these classes."""
+"""How budgetctl's help reads: options without a type tag (Typer shows ``<bool>``,
+``<int range>``) and arguments in usage lines as ``ID`` and ``[REASON]...`` (Typer shows
+``{ID}``). Every command and group of budgetctl is built with these classes (a test walks
+the help of each)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,29 @@ from typing import Any
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 
+class _PlainArgument(TyperArgument):
+    """An argument whose help shows no type column (its name, ``ID``, says what it is)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def _metavar(option: TyperOption) -> str:
+    """``spend|fraction|age`` for a choice (an enum's values), else the option's name."""
+    desc = option.type_descriptor
+    if desc.is_choice and desc.choices:
+        return "|".join(str(getattr(c, "value", c)) for c in desc.choices)
+    return (option.name or "").upper()
+
+
 def _plain(params: list[Any]) -> list[Any]:
-    """``params``, their flags given an empty metavar: the help's type column stays empty."""
+    """``params`` without Typer's type tags: flags get an empty metavar, other options a
+    word, arguments no type column."""
     for param in params:
-        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
-            param.metavar = ""
+        if type(param) is TyperArgument:
+            param.__class__ = _PlainArgument
+        elif isinstance(param, TyperOption) and param.metavar is None:
+            param.metavar = "" if param.is_flag else _metavar(param)
     return params
 
 
@@ -25,7 +44,7 @@ def _usage_name(argument: TyperArgument) -> str:
 
 
 class PlainCommand(TyperCommand):
-    """A command whose help shows no ``<bool>`` and no braces."""
+    """A command whose help shows no type tag (``<bool>``) and no braces."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain(super().get_params(ctx))
@@ -37,7 +56,7 @@ class PlainCommand(TyperCommand):
 
 
 class PlainGroup(TyperGroup):
-    """A command group whose help shows no ``<bool>``."""
+    """A command group whose help shows no type tag (``<bool>``)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain(super().get_params(ctx))

@@ -13,14 +13,16 @@ from ..quotas import QuotaRule, Quotas, QuotaStatus
 from ..quotas.refusal import amount_text
 from ..quotas.rules import match_from_pairs
 from ._common import JsonOption, connect, console, fail, print_json
+from .help_format import PlainCommand, PlainGroup
 
-app = typer.Typer(no_args_is_help=True, help="Standing budgets: quota rules and buckets.")
+app = typer.Typer(cls=PlainGroup, no_args_is_help=True,
+                  help="Standing budgets: quota rules and buckets.")
 
 ActorOption = Annotated[str | None, typer.Option(
     "--actor", help="Who makes the change, for the audit (default: USER@HOST).")]
 
 
-@app.command("set")
+@app.command("set", cls=PlainCommand)
 def set_rule(
     ctx: typer.Context,
     rule_id: Annotated[str, typer.Argument(metavar="ID", help="The rule's name.")],
@@ -52,7 +54,7 @@ def set_rule(
         print(f"quota {stored.id} set (version {stored.version})")
 
 
-@app.command("delete")
+@app.command("delete", cls=PlainCommand)
 def delete_rule(
     ctx: typer.Context,
     rule_id: Annotated[str, typer.Argument(metavar="ID")],
@@ -76,7 +78,7 @@ def _table(rows: list[QuotaStatus]) -> Table:
     return table
 
 
-@app.command("list")
+@app.command("list", cls=PlainCommand)
 def list_rules(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Every rule's buckets in their current window: spent, held in grants, limit."""
     with connect(ctx) as coord:
@@ -93,7 +95,7 @@ def list_rules(ctx: typer.Context, as_json: JsonOption = False) -> None:
         console().print(_table(rows))
 
 
-@app.command("show")
+@app.command("show", cls=PlainCommand)
 def show_rule(
     ctx: typer.Context,
     rule_id: Annotated[str, typer.Argument(metavar="ID")],

@@ -75,11 +75,10 @@ def spend(
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print JSON (shape: docs/cli.md).")] = False,
 ) -> None:
-    """Spend of the trees closed on one UTC day: the total, by org, team and service,
-    the unlabelled trees, and by provider and model.
+    """Spend of the trees closed on one UTC day: the total, by label, by model.
 
-    Each tree is counted once, at its root; days are kept for the coordinator's
-    retention."""
+    By org, team and service, the unlabelled trees, and by provider and model. Each
+    tree is counted once, at its root; days are kept for the coordinator's retention."""
     the_day = parse_day(day)
     with connect(ctx) as coord:
         by = {label: coord.views.spend_view(label, the_day)
