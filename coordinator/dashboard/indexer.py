@@ -196,10 +196,11 @@ class Indexer:
 
     def index(self, roots: Sequence[str],
               totals: dict[str, dict[str, float]] | None = None) -> None:
-        hashes, samples_json, labels_json, now = self.views.read_for_index(roots)
+        hashes, samples_json, labels_json, created, now = self.views.read_for_index(roots)
         entries, alerts, token_roots = [], [], []
         points: list[tuple[str, int, int]] = []
-        for root, h, sj, lj in zip(roots, hashes, samples_json, labels_json, strict=True):
+        for root, h, sj, lj, listed in zip(roots, hashes, samples_json, labels_json, created,
+                                           strict=True):
             if not h.get("status"):
                 continue  # expired or never opened: the sweep drops it
             samples = [(int(a), int(b)) for a, b in json.loads(sj)] if sj else []
@@ -215,6 +216,8 @@ class Indexer:
             old = before[1] if before is not None else scopes(json.loads(lj)) if lj else []
             new_samples = next_samples(samples, now, used)
             scores = sort_scores(row)
+            if listed is not None:  # ranked as the open-tree shards rank it
+                scores["age"] = listed
             new_scopes = scopes(labels)
             if before is None or before[1] != new_scopes:  # (re)index in every sort
                 changed, moved = scores, True

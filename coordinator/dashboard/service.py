@@ -20,7 +20,7 @@ from ..store.dashboard_reads import DashboardReads
 from ..store.dashboard_series import DashboardSeries
 from ..store.model_spend import MODEL
 from ..store.views import TOTAL
-from .listing import page_rows
+from .listing import fresh_rows, page_rows
 from .model import ROW_FIELDS, SORTS, parse_scope
 from .tree_view import tree_view
 
@@ -114,11 +114,14 @@ class Service:
         key = ("trees", tenant, sort, label, page, size)
 
         def read() -> dict[str, Any]:
-            p = views.page(sort, f"{scope[0]}={scope[1]}" if scope else None,
-                           (page - 1) * size, size)
-            # a tree opened since the indexer's last pass is listed at once
-            fresh = unindexed_new(views.client, views.ks, ROW_FIELDS)[0] if p.indexed else []
-            rows, total = page_rows(p, fresh, sort, scope, size)
+            index, offset = f"{scope[0]}={scope[1]}" if scope else None, (page - 1) * size
+            fresh = []
+            if not views.from_shards(sort, index, offset, size):
+                # a tree opened since the indexer's last pass is listed at once
+                found, now = unindexed_new(views.client, views.ks, ROW_FIELDS)
+                fresh = fresh_rows(found, now, sort, scope)
+            p = views.page(sort, index, offset, size, [root for _, root, _ in fresh])
+            rows, total = page_rows(p, fresh, offset, size)
             series = DashboardSeries(views.client, views.ks).recent([r["id"] for r in rows])
             for row, points in zip(rows, series, strict=True):
                 row["series"] = [list(pt) for pt in points]

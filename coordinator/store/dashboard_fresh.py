@@ -19,11 +19,11 @@ shard waits for the indexer)."""
 
 
 def unindexed_new(client: Client, ks: KeySpace, row_fields: Sequence[str]
-                  ) -> tuple[list[tuple[str, dict[str, str]]], int]:
-    """(root, row fields) of the open trees created within FRESH_MS that the indexer has
-    not placed, newest first, and Redis time. One round trip (the shards' newest and
-    TIME); one more when some tree is that new (is it placed?), and one more when some
-    is not placed yet (their rows)."""
+                  ) -> tuple[list[tuple[str, dict[str, str], float]], int]:
+    """(root, row fields, creation ms in the open-tree shards) of the open trees created
+    within FRESH_MS that the indexer has not placed, newest first, and Redis time. One
+    round trip (the shards' newest and TIME); one more when some tree is that new (is it
+    placed?), and one more when some is not placed yet (their rows)."""
     pipe = client.pipeline(transaction=False)
     for key in ks.roots_shards():
         pipe.zrevrange(key, 0, PER_SHARD - 1, withscores=True)
@@ -34,13 +34,12 @@ def unindexed_new(client: Client, ks: KeySpace, row_fields: Sequence[str]
                      if float(s) >= now - FRESH_MS), reverse=True)
     if not recent:
         return [], now
-    roots = [r for _, r in recent]
-    placed = client.hmget(ks.dash("indexed"), roots)
-    missing = [r for r, p in zip(roots, placed, strict=True) if p is None]
+    placed = client.hmget(ks.dash("indexed"), [r for _, r in recent])
+    missing = [(r, s) for (s, r), p in zip(recent, placed, strict=True) if p is None]
     if not missing:
         return [], now
     pipe = client.pipeline(transaction=False)
-    for root in missing:
+    for root, _ in missing:
         pipe.hmget(ks.ctx(root, root), list(row_fields))
-    return [(root, fields_of(row_fields, h))
-            for root, h in zip(missing, pipe.execute(), strict=True)], now
+    return [(root, fields_of(row_fields, h), created)
+            for (root, created), h in zip(missing, pipe.execute(), strict=True)], now

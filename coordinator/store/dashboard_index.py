@@ -14,8 +14,9 @@ from typing import Any
 
 from ..core.keys import DASH_SORTS, KeySpace
 from ..core.script_constants import EVENT_STREAM_CAP
-from .dashboard_reads import fields_of, merge_shards, redis_ms
+from .dashboard_reads import fields_of, redis_ms
 from .topology import Client
+from .views import merge_shards
 
 INDEX_FIELDS = ("u:usd", "h:usd", "l:usd", "status", "reason", "created_ms", "meta",
                 "u:steps", "u:tin", "u:tout", "id")
@@ -84,19 +85,24 @@ class DashboardIndex:
             pipe.zrangebyscore(key, score, "+inf", start=0, num=limit, withscores=True)
         return merge_shards(pipe.execute(), newest_first=False)[:limit]
 
-    def read_for_index(self, roots: Sequence[str]
-                       ) -> tuple[list[dict[str, str]], list[str | None], list[str | None], int]:
+    def read_for_index(self, roots: Sequence[str]) -> tuple[
+            list[dict[str, str]], list[str | None], list[str | None], list[float | None], int]:
         """Per root: its index fields, its burn samples JSON, the labels it is indexed
-        under (JSON); and Redis time. One round trip."""
+        under (JSON), its creation ms in the open-tree shards (the newest of all trees
+        are listed from there: the age index ranks by the same score); and Redis time.
+        One round trip."""
         pipe = self.client.pipeline(transaction=False)
         for root in roots:
             pipe.hmget(self.ks.ctx(root, root), list(INDEX_FIELDS))
+        for root in roots:
+            pipe.zscore(self.ks.roots_shard(root), root)
         pipe.hmget(self.ks.dash("samples"), list(roots))
         pipe.hmget(self.ks.dash("indexed"), list(roots))
         pipe.time()
         res = pipe.execute()
         n = len(roots)
-        return ([fields_of(INDEX_FIELDS, v) for v in res[:n]], list(res[n]), list(res[n + 1]),
+        return ([fields_of(INDEX_FIELDS, v) for v in res[:n]], list(res[2 * n]),
+                list(res[2 * n + 1]), [None if s is None else float(s) for s in res[n:2 * n]],
                 redis_ms(res[-1]))
 
     def write_index(self, entries: Sequence[IndexEntry]) -> None:

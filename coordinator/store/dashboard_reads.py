@@ -6,7 +6,6 @@ indexes are written by store/dashboard_index.py. They are views, never the truth
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ import redis
 from ..core.keys import DASH_SORTS, VIEW_SHARDS, KeySpace
 from .recent_entries import newest_entries
 from .topology import Client
+from .views import merge_shards
 
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 """What a read raises when Redis cannot answer (the web part maps it to 503)."""
@@ -35,15 +35,6 @@ def redis_ms(reply: Sequence[Any]) -> int:
     return int(reply[0]) * 1000 + int(reply[1]) // 1000
 
 
-def merge_shards(replies: Iterable[Sequence[tuple[Any, Any]]], *, newest_first: bool
-                 ) -> list[tuple[str, float]]:
-    """(root, creation ms) of ZRANGE ... WITHSCORES replies of the open-tree shards, each
-    already in the order asked for, merged in that order."""
-    sign = -1.0 if newest_first else 1.0
-    merged = heapq.merge(*[[(sign * float(s), str(r)) for r, s in reply] for reply in replies])
-    return [(r, sign * s) for s, r in merged]
-
-
 def _text(h: Mapping[Any, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in h.items()}
 
@@ -59,10 +50,12 @@ class Page:
     now_ms: int
     scores: list[float]
     """Each root's score in the index read (creation ms for the newest of all trees)."""
-    above: float | None
-    """The score of the tree ranked just before the page (None on the first page)."""
+    start: int
+    """The rank of the first root read (the page's offset, less room for fresh trees)."""
     indexed: bool
     """Read from the indexer's index (False: the library's open-tree shards)."""
+    placed: frozenset[str] = frozenset()
+    """The fresh roots asked about that the index holds by now."""
 
 
 @dataclass(frozen=True)
@@ -127,16 +120,26 @@ class DashboardReads:
 
     # -- overview ------------------------------------------------------------------------
 
-    def page(self, sort: str, scope: str | None, offset: int, limit: int) -> Page:
-        """Roots ordered by ``sort`` within ``scope`` (None: all trees), two round trips:
-        the index range (for the newest of all trees down to SHARDS_DEPTH, the library's
-        VIEW_SHARDS shards of open trees, each read up to ``offset + limit`` and merged),
-        then each root's hash: at most ``limit`` + 2 * VIEW_SHARDS + 2 commands, whatever
-        the number of trees or the depth of the page."""
+    def from_shards(self, sort: str, scope: str | None, offset: int, limit: int) -> bool:
+        """Whether :meth:`page` reads the library's open-tree shards (the newest of all
+        trees down to SHARDS_DEPTH), which hold every open tree, not the indexer's index."""
+        return sort == "age" and scope is None and offset + limit <= SHARDS_DEPTH
+
+    def page(self, sort: str, scope: str | None, offset: int, limit: int,
+             fresh: Sequence[str] = ()) -> Page:
+        """Roots ordered by ``sort`` within ``scope`` (None: all trees), by score then
+        id, largest first, two round trips: the index range (for the newest of all trees
+        down to SHARDS_DEPTH, the library's VIEW_SHARDS shards of open trees, each read
+        up to ``offset + limit`` and merged), then each root's hash: at most ``limit`` +
+        2 * VIEW_SHARDS + 2 commands, whatever the number of trees or the depth of the
+        page. An index range starts ``len(fresh)`` ranks early, so that the ``fresh``
+        roots (opened since the indexer's pass) can be merged in at their place
+        (dashboard/listing.py); which of them the index holds by now is asked too."""
         if sort not in DASH_SORTS:
             raise ValueError(f"sort must be one of {DASH_SORTS}")
         pipe = self.client.pipeline(transaction=False)
-        if sort == "age" and scope is None and offset + limit <= SHARDS_DEPTH:
+        placed: frozenset[str] = frozenset()
+        if self.from_shards(sort, scope, offset, limit):
             # the library's own index, by creation time: a tree shows at once, before
             # the indexer places it
             for key in self.ks.roots_shards():
@@ -147,14 +150,16 @@ class DashboardReads:
             newest = merge_shards(res[1::2], newest_first=True)
             roots = [r for r, _ in newest[offset:offset + limit]]
             scores = [s for _, s in newest[offset:offset + limit]]
-            above, indexed = None, False
+            start, indexed = offset, False
         else:
             key = self.ks.dash_index(sort, scope or "all")
+            start = max(0, offset - len(fresh))
             pipe.zcard(key)
-            pipe.zrevrange(key, max(0, offset - 1), offset + limit - 1, withscores=True)
-            total, found = pipe.execute()
-            above = float(found[0][1]) if offset and found else None
-            found = found[1:] if offset else found
+            pipe.zrevrange(key, start, offset + limit - 1, withscores=True)
+            for root in fresh:
+                pipe.zscore(key, root)
+            total, found, *held = pipe.execute()
+            placed = frozenset(r for r, h in zip(fresh, held, strict=True) if h is not None)
             roots, scores, indexed = [str(r) for r, _ in found], [float(s) for _, s in found], True
         pipe = self.client.pipeline(transaction=False)
         for root in roots:
@@ -165,7 +170,8 @@ class DashboardReads:
         res = pipe.execute()
         hashes = [fields_of(self.row_fields, v) for v in res[: len(roots)]]
         rates = [float(r or 0) for r in res[len(roots)]] if roots else []
-        return Page(int(total), roots, hashes, rates, redis_ms(res[-1]), scores, above, indexed)
+        return Page(int(total), roots, hashes, rates, redis_ms(res[-1]), scores, start,
+                    indexed, placed)
 
     def root_hashes(self, roots: Sequence[str]) -> tuple[list[dict[str, str]], int]:
         """The row fields of each root, and Redis time, in one round trip."""

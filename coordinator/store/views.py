@@ -7,8 +7,9 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.keys import VIEW_SHARDS, KeySpace, shard_of
 from .model_spend import add_closed_models
@@ -31,6 +32,16 @@ def _int(value: object) -> int:
     return canonical_int(str(value) if value is not None else None) or 0
 
 
+def merge_shards(replies: Iterable[Sequence[tuple[Any, Any]]], *, newest_first: bool
+                 ) -> list[tuple[str, float]]:
+    """(root, creation ms) of ZRANGE ... WITHSCORES replies of the open-tree shards, each
+    already in the order asked for, merged in that order: by score, then by id (Redis'
+    own order of equal scores, reversed with the scores for the newest first)."""
+    merged = heapq.merge(*[[(float(s), str(r)) for r, s in reply] for reply in replies],
+                         reverse=newest_first)
+    return [(r, s) for s, r in merged]
+
+
 @dataclass(frozen=True)
 class OpenTree:
     """A tree not yet closed, as ``budgetctl top`` lists it."""
@@ -51,10 +62,12 @@ class OpenTree:
 
 
 _ORDER = {
-    "spend": lambda t: (-t.spent, -t.created_ms),
-    "fraction": lambda t: (-t.fraction, -t.spent, -t.created_ms),
-    "age": lambda t: (-t.created_ms,),
+    "spend": lambda t: (t.spent, t.root),
+    "fraction": lambda t: (t.fraction, t.root),
+    "age": lambda t: (t.created_ms, t.root),
 }
+"""The key of each sort, largest first: one total order (the sort key, then the id), the
+dashboard's (store/dashboard_reads.py)."""
 
 
 class Views:
@@ -75,10 +88,7 @@ class Views:
         pipe = self.client.pipeline(transaction=False)
         for key in self.ks.roots_shards():
             pipe.zrange(key, 0, per_shard - 1, desc=newest_first, withscores=True)
-        sign = -1.0 if newest_first else 1.0
-        merged = heapq.merge(*[[(sign * float(s), str(r)) for r, s in shard]
-                               for shard in pipe.execute()])
-        return [(sign * s, r) for s, r in merged]
+        return [(s, r) for r, s in merge_shards(pipe.execute(), newest_first=newest_first)]
 
     def active_roots(self, limit: int = 50, *, newest_first: bool = False) -> list[str]:
         """Root ids of trees not yet closed, oldest first (or newest first): at most
@@ -111,7 +121,7 @@ class Views:
         trees = [OpenTree(root, _int(h.get("u:usd")),
                           _int(h["l:usd"]) if "l:usd" in h else None, int(created), h)
                  for (created, root), h in zip(candidates, hashes, strict=True) if h]
-        return sorted(trees, key=_ORDER[sort])[:limit], total, len(candidates)
+        return sorted(trees, key=_ORDER[sort], reverse=True)[:limit], total, len(candidates)
 
     def burn_rates(self, roots: Sequence[str]) -> dict[str, float]:
         """USD per minute over the last minute of each root, as the dashboard's indexer
