@@ -17,7 +17,13 @@ from rich.live import Live
 from rich.text import Text
 
 from ..core.redaction import redact_url
-from ..errors import BackendConfigError, BackendUnavailableError, BudgetCoordinatorError
+from ..core.session_errors import SessionStoreUnavailableError
+from ..errors import (
+    BackendConfigError,
+    BackendUnavailableError,
+    BudgetCoordinatorError,
+    TopologySettingError,
+)
 from ..runtime.coordinator import Coordinator
 from ..runtime.settings import default_url
 from ..store.errors import RedisError
@@ -38,6 +44,23 @@ def console() -> Console:
     return Console(highlight=False, width=1000 if wide else None)
 
 
+UNAVAILABLE = (RedisError, BackendUnavailableError, SessionStoreUnavailableError)
+"""What a read raises when Redis does not answer."""
+
+
+def why_unavailable(exc: BaseException) -> BaseException:
+    """What did not answer, without the wrapper's own "Redis unavailable during ..."."""
+    return exc.cause if isinstance(exc, (BackendUnavailableError,
+                                          SessionStoreUnavailableError)) else exc
+
+
+def unavailable_text(url: str, exc: BaseException) -> str:
+    """``Redis unavailable at URL (what failed): start it, or ...``, password hidden."""
+    cause = str(why_unavailable(exc)).rstrip(".")
+    return redact_url(f"Redis unavailable at {url} ({cause}): start it, or name another "
+                      f"with --redis URL")
+
+
 def fail(message: str, code: int) -> NoReturn:
     """Print ``budgetctl: message`` on stderr and exit with ``code``."""
     print(f"budgetctl: {message}", file=sys.stderr)
@@ -54,15 +77,16 @@ def redis_url(ctx: typer.Context) -> str | None:
 def connect(ctx: typer.Context) -> Iterator[Coordinator]:
     """A coordinator on the Redis of ``--redis``, else ``BUDGET_REDIS_URL``, ``REDIS_URL``,
     ``redis://localhost:6379/0``. A missing context or an ambiguous id exits 1; Redis
-    unavailable or misconfigured (``BackendConfigError``) exits 2."""
+    unavailable, misconfigured (``BackendConfigError``) or a URL that cannot work
+    (``TopologyURLError``) exits 2."""
     url = redis_url(ctx) or default_url()
     coord: Coordinator | None = None
     try:
         coord = Coordinator.from_url(url)
         yield coord
-    except (RedisError, BackendUnavailableError) as exc:
-        fail(redact_url(f"Redis unavailable at {url}: {exc}"), 2)
-    except BackendConfigError as exc:  # Redis answered: the URL or its server is wrong
+    except UNAVAILABLE as exc:
+        fail(unavailable_text(url, exc), 2)
+    except (BackendConfigError, TopologySettingError) as exc:  # the URL or its server is wrong
         fail(str(exc), 2)
     except BudgetCoordinatorError as exc:
         fail(redact_url(str(exc)), 1)
@@ -98,8 +122,8 @@ def show(render: Callable[[], RenderableType], watch_s: float | None, title: str
         head = Text(f"{title} · every {watch_s:g}s · {stamp} · Ctrl-C to stop", style="dim")
         try:
             body = render()
-        except (RedisError, BackendUnavailableError) as exc:
-            body = Text(f"Redis unavailable: {exc}; retrying", style="red")
+        except UNAVAILABLE as exc:
+            body = Text(f"Redis unavailable: {why_unavailable(exc)}; retrying", style="red")
         return Group(head, body)
 
     with contextlib.suppress(KeyboardInterrupt):

@@ -46,4 +46,7 @@ def alerts(ctx: typer.Context) -> None:
         from ..dashboard.command import run_alerts
     except ImportError as exc:
         _missing(exc)
-    run_alerts(redis_url(ctx))
+    try:
+        run_alerts(redis_url(ctx))
+    except ValueError as exc:  # a URL that cannot work, a misconfigured Redis
+        fail(f"alerts: {exc}", 2)

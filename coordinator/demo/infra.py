@@ -15,35 +15,47 @@ from typing import IO, TextIO
 import redis
 
 from ..embedded import RedisServer
+from ..errors import BackendUnavailableError, BudgetCoordinatorError
 from ..runtime.settings import default_url
+from ..store.connection import connect
 
 
 def answers(url: str) -> bool:
+    """Whether a Redis answers PING at ``url`` (any topology). A URL that cannot work
+    raises TopologyURLError, a misconfigured Redis BackendConfigError."""
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        client = connect(url, socket_timeout=0.5, connect_timeout=0.5)
         try:
             return bool(client.ping())
         finally:
             client.close()
-    except (redis.RedisError, OSError, ValueError):
+    except (redis.RedisError, OSError):
         return False
 
 
 @contextlib.contextmanager
 def choose_redis(url: str | None, out: TextIO) -> Iterator[tuple[str, bool]]:
     """A Redis to use: the given or configured one if it answers, else an embedded one
-    (stopped on exit). Yields (url, started_here)."""
+    (stopped on exit). Yields (url, started_here). A ``url`` given that cannot work or
+    does not answer raises (TopologyURLError, BackendConfigError,
+    BackendUnavailableError)."""
     candidates = [url] if url else [
         u for u in (os.environ.get("BUDGET_REDIS_URL"), os.environ.get("REDIS_URL"),
                     default_url()) if u]
     for candidate in dict.fromkeys(candidates):
-        if answers(candidate):
+        try:
+            answered = answers(candidate)
+        except BudgetCoordinatorError:
+            if url:
+                raise
+            answered = False  # a configured URL that cannot work: the embedded one instead
+        if answered:
             print(f"Redis: {candidate} (shared: only this demo's tree keys are written; "
                   f"they expire)", file=out)
             yield candidate, False
             return
     if url:
-        raise SystemExit(f"budgetctl demo: Redis at {url} does not answer")
+        raise BackendUnavailableError("the demo", ConnectionError("no answer to PING"))
     with RedisServer() as server:
         print(f"Redis: none answered; started an embedded redis-server at {server.url}",
               file=out)
