@@ -1,0 +1,220 @@
+"""Tenants under Redis ACL users (docs/tenants.md): a redis-server loaded with
+deploy/users.acl as shipped; a tenant's user runs every path of the library (calls,
+children, aborts, snapshots, lease mode, quotas, context data, the shield, sessions,
+``budgetctl top``, the tenant's dashboard) with no key or channel refused, and can neither
+read nor write another tenant's keys nor hear or publish on its channels."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from coordinator import (
+    BudgetWindowHook,
+    ChainMetadata,
+    CircuitBreaker,
+    Coordinator,
+    Decision,
+    ExecutionConfig,
+    ExecutionContext,
+    LeasePolicy,
+    ShieldPipeline,
+    WrapOptions,
+    report_usage,
+)
+from coordinator.data.chain import read_chain
+from coordinator.embedded import RedisServer
+from coordinator.quotas import QuotaRule, Quotas
+from coordinator.sessions import ExecutionSessionIdentity, LocalKernelProvider, SessionManager
+from tests.dashboard_server import OPERATOR_TOKEN, dashboard
+from tests.procs import TEST_KEYS
+
+ACL_FILE = Path(__file__).resolve().parent.parent / "deploy" / "users.acl"
+CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=100, max_retries_total=5)
+TOLERATED = {"info"}
+"""Commands a tenant's user is refused and the client does without: ``INFO cluster`` when
+it connects (refused: not a cluster)."""
+
+
+def _users() -> dict[str, tuple[str, str]]:
+    """Tenant -> (user, password), read from deploy/users.acl."""
+    users = {}
+    for line in ACL_FILE.read_text().splitlines():
+        tenant = re.search(r" ~bc:t:([^:\s]+):\* ", line)
+        if tenant:
+            user, password = re.match(r"user (\S+) on >(\S+) ", line).groups()  # type: ignore[union-attr]
+            users[tenant.group(1)] = (user, password)
+    return users
+
+
+USERS = _users()
+A, B = sorted(USERS)  # acme, globex
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer(extra_args=("--aclfile", str(ACL_FILE))) as srv:
+        yield srv
+
+
+def url_of(server: RedisServer, who: str) -> str:
+    """The URL of a tenant's user (``admin``: the file's administrator)."""
+    if who == "admin":
+        line = next(x for x in ACL_FILE.read_text().splitlines() if " ~* " in x)
+        user, password = re.match(r"user (\S+) on >(\S+) ", line).groups()  # type: ignore[union-attr]
+    else:
+        user, password = USERS[who]
+    return server.url.replace("redis://", f"redis://{user}:{password}@")
+
+
+def coord_of(server: RedisServer, tenant: str) -> Coordinator:
+    return Coordinator.from_url(url_of(server, tenant), token_keys=TEST_KEYS, tenant=tenant)
+
+
+def spend(ctx: ExecutionContext, usd: float) -> Decision:
+    return ctx.wrap_llm_call(lambda: report_usage(cost_usd=usd),
+                             WrapOptions(cost_estimate_hint=usd))
+
+
+def wait_for(what: Callable[[], object], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not what():
+        assert time.monotonic() < deadline, "not seen before the deadline"
+        time.sleep(0.05)
+
+
+def refused_to(admin: redis.Redis, user: str) -> set[tuple[str, str]]:
+    """What the server refused ``user`` since the log was reset: (reason, object)."""
+    return {(str(e["reason"]), str(e["object"])) for e in admin.acl_log()
+            if e["username"] == user}
+
+
+def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
+        server: RedisServer, tmp_path: Path) -> None:
+    admin = redis.Redis.from_url(url_of(server, "admin"), decode_responses=True)
+    admin.acl_log_reset()
+    c, other = coord_of(server, A), coord_of(server, A)  # two processes of tenant A
+    shields = ShieldPipeline(BudgetWindowHook(scope="service", max_calls=10, window_s=60,
+                                              coordinator=c))
+    breaker = CircuitBreaker("provider", failure_threshold=3, coordinator=c)
+    meta = ChainMetadata(request_id="r1", chain_id="acl-root", team="research")
+    quotas = Quotas(c)
+    rule = quotas.set(QuotaRule(id="research-day", match={"team": "research"}, usd=0.5),
+                      actor="ops")
+    root = ExecutionContext(CONFIG, shields, meta, coordinator=c, circuit_breaker=breaker)
+    assert spend(root, 0.1) == Decision.ALLOW
+    root.data.set("plan", {"steps": 2})
+    child = root.spawn_child(max_cost_usd=0.5, step_name="search")
+    assert child.data.get("plan") == {"steps": 2}
+    child.data.set("found", True)
+    child.merge_into_parent()
+    root.checkpoint("acl-cp")
+    joined = ExecutionContext.attach(child.token, other)  # another process joins
+    assert spend(joined, 0.1) == Decision.ALLOW
+    joined.close()
+    other.store.flush()
+    leased = root.spawn_child(lease=LeasePolicy(usd=0.05, steps=10, tokens=None,
+                                                max_age_ms=2000))
+    assert [spend(leased, 0.01) for _ in range(3)] == [Decision.ALLOW] * 3
+    leased.close()
+    resumed = ExecutionContext.resume("acl-cp", CONFIG, coordinator=c)
+    assert resumed.data.get("found") is True
+    resumed.close()
+    assert read_chain(c, "acl-root")
+    c.store.flush()
+    snap = root.get_snapshot()
+    assert snap.cost_usd_accumulated == pytest.approx(0.23)
+    assert quotas.audit("research-day")
+
+    env = dict(os.environ, BUDGET_TENANT=A, BUDGET_REDIS_URL=url_of(server, A))
+    top = subprocess.run([sys.executable, "-m", "coordinator.cli", "top", "--json"],
+                         env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert top.returncode == 0, top.stderr
+    assert [t["id"] for t in json.loads(top.stdout)["trees"]] == ["acl-root"]
+
+    sessions = SessionManager(c, LocalKernelProvider(tmp_path / "kernels"))
+    ran = sessions.execute_code(ExecutionSessionIdentity(
+        tenant_id=A, conversation_id="c1", path_id="main"), "print(6 * 7)")
+    assert ran.success and ran.output.strip() == "42"
+
+    with dashboard(url_of(server, A), env={"BUDGET_TENANT": A}) as http:
+        wait_for(lambda: "acl-root" in [t["id"] for t in http.json("/api/trees")["trees"]])
+        assert http.json("/api/trees/acl-root")["root"] == "acl-root"
+        assert [s["conversation"] for s in http.json("/api/sessions")["sessions"]] == ["c1"]
+        assert "research-day" in json.dumps(http.json("/api/quotas")["rules"])
+        assert http.json("/api/spend")["tenant"] == A
+        http.json("/api/shield")
+        status, _, body = http.request("POST", "/api/trees/acl-root/abort",
+                                       token=OPERATOR_TOKEN, body={"reason": "acl test"})
+        assert status == 200, body
+        wait_for(lambda: child.stop_reason == "aborted")  # heard through pub/sub
+    sessions.close()
+    child.close()
+    root.close()
+    assert c.views.active_roots() == []
+    assert sum(s.spent["usd"] for s in quotas.status(rule)) == 230_000
+    for co in (c, other):
+        co.close()
+    refused = refused_to(admin, USERS[A][0])
+    assert {obj for _, obj in refused} <= TOLERATED, refused
+    assert {reason for reason, _ in refused} <= {"command"}, refused
+    admin.close()
+
+
+def _refused(call: Callable[..., object], *args: object, **kwargs: object) -> None:
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        call(*args, **kwargs)
+
+
+def _hear(client: redis.Redis, channel: str, *, pattern: bool = False) -> None:
+    """Subscribe ``client`` to ``channel`` and read the server's reply."""
+    listener = client.pubsub()  # type: ignore[no-untyped-call]
+    try:
+        (listener.psubscribe if pattern else listener.subscribe)(channel)
+        listener.get_message(timeout=5)
+    finally:
+        listener.close()
+
+
+def test_a_tenant_can_neither_read_nor_write_nor_hear_another(server: RedisServer) -> None:
+    b = coord_of(server, B)
+    theirs = ExecutionContext(CONFIG, metadata=ChainMetadata(request_id="r", chain_id="b-run"),
+                              coordinator=b)
+    assert spend(theirs, 0.3) == Decision.ALLOW
+    theirs.data.set("secret", "globex only")
+    b.store.flush()
+    ctx_key, abort = b.keyspace.ctx("b-run", "b-run"), b.keyspace.abort_channel
+    a = redis.Redis.from_url(url_of(server, A))
+    admin = redis.Redis.from_url(url_of(server, "admin"))
+    b_keys = [k.decode() for k in admin.scan_iter(match=f"bc:t:{B}:*")]
+    assert ctx_key in b_keys and len(b_keys) > 5
+    for key in b_keys:  # every key of B's: its tree, data, indexes, views, token key
+        _refused(a.dump, key)
+        _refused(a.delete, key)
+        _refused(a.eval, "return redis.call('TYPE', KEYS[1])", 1, key)
+    _refused(a.hset, ctx_key, "l:usd", "999999999")
+    _refused(a.set, f"bc:t:{B}:where:x", "b-run")
+    _refused(a.get, "bc:where:b-run")  # nor the layout without a tenant
+    _refused(a.publish, abort, "{}")  # no forged stop broadcast
+    for channel in (abort, f"bc:t:{B}:ledger", f"bc:t:{B}:dash:alerts", "bc:abort"):
+        _refused(_hear, a, channel)
+    _refused(_hear, a, "bc:*", pattern=True)
+    for command in (("FLUSHALL",), ("KEYS", "*"), ("SCRIPT", "FLUSH"), ("FUNCTION", "FLUSH"),
+                    ("PUBSUB", "CHANNELS"), ("CONFIG", "SET", "maxmemory", "1")):
+        _refused(a.execute_command, *command)
+    assert theirs.data.get("secret") == "globex only"
+    assert theirs.get_snapshot().cost_usd_accumulated == pytest.approx(0.3)
+    assert theirs.get_snapshot().status == "running"
+    theirs.close()
+    for client in (a, admin):
+        client.close()
+    b.close()
