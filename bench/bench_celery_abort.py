@@ -33,7 +33,12 @@ from celery.contrib.abortable import AbortableAsyncResult, AbortableTask
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from worker import TaskInterrupted, contained, current_cancellation_token, install  # noqa: E402
+from coordinator.celery import (  # noqa: E402
+    TaskInterrupted,
+    contained,
+    current_cancellation_token,
+    install,
+)
 
 app = Celery("bench_abort")
 app.conf.update(

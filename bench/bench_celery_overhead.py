@@ -28,7 +28,7 @@ from celery import Celery
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.timing import median_ratio_interval  # noqa: E402
-from worker import contained, install  # noqa: E402
+from coordinator.celery import contained, install  # noqa: E402
 
 PAUSE_S = 0.003
 

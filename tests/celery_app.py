@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 
 from coordinator import Decision, WrapOptions, report_usage
-from worker import contained, current_cancellation_token, current_context, install
+from coordinator.celery import contained, current_cancellation_token, current_context, install
 
 app = Celery("bc_tests")
 app.conf.update(
@@ -62,7 +62,7 @@ def probe(self: Any, *_results: Any) -> dict[str, Any]:
 @app.task
 def plain_probe() -> str:
     """A task without @contained: returns the header it received (or '')."""
-    from worker import incoming_token
+    from coordinator.celery import incoming_token
 
     return incoming_token(plain_probe.request) or ""
 

@@ -9,7 +9,7 @@ from typing import Any
 from celery import Celery
 
 from coordinator import merge_children
-from worker import contained, current_context, install
+from coordinator.celery import contained, current_context, install
 
 app = Celery("bc_data_tests")
 app.conf.update(

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from coordinator import WrapOptions, report_usage
-from worker import contained, current_context, install
+from coordinator.celery import contained, current_context, install
 
 
 class FileExporter(SpanExporter):

@@ -20,13 +20,13 @@ from celery.exceptions import TaskRevokedError
 from kombu import Connection
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, WrapOptions
+from coordinator.celery import NoContextHeaderError, TaskStoppedError, install
 from coordinator.context.cancellation import CancellationToken
 from coordinator.core.amounts import usd_to_micro
 from coordinator.core.charging_rules import DEFAULT_FLOOR_USD
 from coordinator.embedded import RedisServer
 from coordinator.errors import TokenMalformedError, TokenSignatureError
 from tests.celery_app_harness import TOKEN_KEYS, Workers
-from worker import TaskStoppedError, install
 
 RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
 APP = "tests.celery_app"
@@ -238,6 +238,25 @@ def test_a_task_without_a_token_opens_a_root_named_after_it(redis_cluster: Clust
     assert snap.max_cost_usd == pytest.approx(0.10)
 
 
+def test_a_task_sent_outside_any_context_says_no_header_arrived(redis_cluster: Cluster
+                                                              ) -> None:
+    """A task whose @contained names some limits (a child's), sent with no context current:
+    its error says no ``budget_context`` header arrived and how to fix it, not that an
+    ExecutionConfig is invalid; nothing is recorded."""
+    res = redis_cluster.sig("llm_agent", 1, 0.01).apply_async()
+    with pytest.raises(NoContextHeaderError) as info:
+        res.get(timeout=30)
+    err = info.value
+    assert (err.task_name, err.task_id) == (T + "llm_agent", res.id)
+    assert err.missing == ("max_steps", "max_retries_total")
+    assert str(err) == (
+        f"task {T}llm_agent[{res.id}] received no budget_context header, so it has no "
+        f"context to join: send it from inside one (`with ExecutionContext(...):` around "
+        f"`.delay()`, with install(app) called in the sending process), or give @contained "
+        f"max_steps and max_retries_total so that it opens a root of its own")
+    assert not redis_cluster.budget.keys(f"bc:where:{res.id}*")
+
+
 def test_a_bad_token_fails_the_task_and_records_nothing(redis_cluster: Cluster) -> None:
     res = redis_cluster.sig("probe").apply_async(headers={"budget_context": "garbage"})
     with pytest.raises(TokenMalformedError):
@@ -412,10 +431,10 @@ def test_a_redelivered_task_charges_each_call_once(redis_cluster: Cluster) -> No
 
 def test_a_stopped_body_waits_for_the_other_stopped_bodies_before_its_bookkeeping(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """worker.running: when a stop reaches several bodies of a process, the first out waits
-    (its result, ack and close would take the GIL) until the last stopped one is out; a
-    body that was not stopped never waits."""
-    from worker import running
+    """coordinator.celery.running: when a stop reaches several bodies of a process, the
+    first out waits (its result, ack and close would take the GIL) until the last stopped
+    one is out; a body that was not stopped never waits."""
+    from coordinator.celery import running
 
     monkeypatch.setattr(running, "MAX_YIELD_S", 30.0)  # only the last one releases it
     first, second, bystander = (CancellationToken() for _ in range(3))

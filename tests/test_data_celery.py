@@ -11,11 +11,11 @@ import pytest
 from celery import Celery, chord, group
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext, merge_children
+from coordinator.celery import install
 from coordinator.data import DataKeys
 from coordinator.embedded import RedisServer
 from coordinator.errors import ContextNotFoundError
 from tests.celery_app_harness import TOKEN_KEYS, Workers
-from worker import install
 
 APP = "tests.celery_data_app"
 T = APP + "."

@@ -36,6 +36,7 @@ from coordinator import (
     current_context,
     report_usage,
 )
+from coordinator.celery import install
 from coordinator.context import tracing
 from coordinator.http import BudgetContextMiddleware
 from coordinator.http.httpx_client import budget_event_hooks
@@ -43,7 +44,6 @@ from coordinator.integrations import BudgetExceededError, budgeted
 from tests.celery_app_harness import TOKEN_KEYS, Workers
 from tests.fake_provider import ProviderServer
 from tests.test_http_clients import ThreadServer
-from worker import install
 
 BUDGET_ATTRIBUTES = ("budget.context_id", "budget.root_id", "budget.decision",
                      "budget.cost_usd", "budget.remaining_usd_at_root")

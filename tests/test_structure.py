@@ -1,7 +1,8 @@
 """The package's layering, read from its source with ast: no import cycles (imports inside
 functions and under TYPE_CHECKING count too), ``redis`` imported only by the Redis layer,
-the pure core importing nothing with I/O, and Celery (or the worker package) imported by
-the core only in the demo's corner."""
+the pure core importing nothing with I/O, Celery imported only by the Celery integration
+(``coordinator.celery``) and the demo, and the ``worker`` name imported by no module of
+the package."""
 
 from __future__ import annotations
 
@@ -19,13 +20,16 @@ REDIS_EXCEPTIONS = ("coordinator.demo",)
 """The one documented exception: the demo pings a Redis before it starts and clears its
 Celery queue's broker keys when it ends. budgetctl (coordinator/cli/) is not one: its
 reads go through coordinator/store/views.py and its errors come from store/errors.py."""
-DEMO_CORNER = ("coordinator.demo",)
-"""The only modules of coordinator/ that may import celery, kombu or worker: the demo,
-whose tasks run on Celery workers (``budgetctl demo`` imports it only when it runs)."""
+CELERY_CORNERS = ("coordinator.celery", "coordinator.demo")
+"""The only modules of coordinator/ that may import celery or kombu: the Celery
+integration, and the demo, whose tasks run on Celery workers (``budgetctl demo`` imports
+it only when it runs)."""
 OUTER = {"coordinator.cli": ("coordinator.cli",),
-         "coordinator.demo": ("coordinator.demo", "coordinator.cli")}
-"""The outer corner no other layer imports: budgetctl (only itself), and the demo (only
-itself and budgetctl, whose ``demo`` command runs it)."""
+         "coordinator.demo": ("coordinator.demo", "coordinator.cli"),
+         "coordinator.celery": ("coordinator.celery", "coordinator.demo")}
+"""The outer corner no other layer imports: budgetctl (only itself), the demo (only
+itself and budgetctl, whose ``demo`` command runs it), and the Celery integration (only
+itself and the demo's tasks)."""
 CORE_ALLOWED = ("coordinator.core", "coordinator.errors", "coordinator.models")
 """What the pure core may import from the package."""
 
@@ -137,7 +141,7 @@ def test_only_the_redis_layer_imports_redis() -> None:
     assert offenders == []
 
 
-def test_no_layer_imports_the_cli_or_the_demo() -> None:
+def test_no_layer_imports_the_cli_the_demo_or_the_celery_integration() -> None:
     _, every = graph()
     offenders = [(src, dst, line) for src, dst, line in every
                  for outer, allowed in OUTER.items()
@@ -146,12 +150,20 @@ def test_no_layer_imports_the_cli_or_the_demo() -> None:
     assert offenders == []
 
 
-def test_the_core_never_imports_celery_or_the_worker() -> None:
+def test_the_core_never_imports_celery() -> None:
     _, every = graph()
     offenders = [(src, dst, line) for src, dst, line in every
-                 if src.startswith("coordinator") and not under(src, DEMO_CORNER)
-                 and dst.split(".")[0] in ("celery", "kombu", "worker")]
+                 if src.startswith("coordinator") and not under(src, CELERY_CORNERS)
+                 and dst.split(".")[0] in ("celery", "kombu")]
     assert offenders == []
+
+
+def test_no_module_of_the_package_imports_the_worker_name() -> None:
+    """``worker`` is a name a project's own ``worker.py`` shadows: the package reaches its
+    Celery integration as ``coordinator.celery`` only."""
+    _, every = graph()
+    assert [(src, dst, line) for src, dst, line in every
+            if src.startswith("coordinator") and dst.split(".")[0] == "worker"] == []
 
 
 def test_the_pure_core_imports_no_other_layer_and_no_io_library() -> None:

@@ -1,15 +1,22 @@
-"""Celery integration: the ``@contained`` task decorator, propagation of the context
-token in the ``budget_context`` message header, and the interrupt that stops running
-tasks when their context is aborted from any process."""
+"""The Celery integration's former import name, kept for existing code: everything here
+is :mod:`coordinator.celery`'s (import it from there: a project's own ``worker.py``
+shadows this package)."""
 
-from coordinator import current_cancellation_token, current_context
-
-from .decorator import contained
-from .errors import TaskInterrupted, TaskStoppedError
-from .propagation import HEADER, incoming_token, install
+from coordinator.celery import (
+    HEADER,
+    NoContextHeaderError,
+    TaskInterrupted,
+    TaskStoppedError,
+    contained,
+    current_cancellation_token,
+    current_context,
+    incoming_token,
+    install,
+)
 
 __all__ = [
     "HEADER",
+    "NoContextHeaderError",
     "TaskInterrupted",
     "TaskStoppedError",
     "contained",

@@ -13,8 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from worker import contained, current_context, install
-
+from ..celery import contained, current_context, install
 from ..core.usage import report_usage
 from ..models import Decision, WrapOptions
 

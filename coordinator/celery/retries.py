@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator import ExecutionContext
+from coordinator.context.execution import ExecutionContext
 from coordinator.models import Decision, WrapOptions
 
 

@@ -21,7 +21,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from coordinator import CancellationToken
+from coordinator.context.cancellation import CancellationToken
 
 from .errors import TaskInterrupted
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from coordinator import CancellationToken
+from coordinator.context.cancellation import CancellationToken
 
 # A body that ignores its token (interrupt=False, blocked in C) must not hold the others'
 # results back for long.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator import CancelledByContext
+from coordinator.context.cancellation import CancelledByContext
 from coordinator.errors import BudgetCoordinatorError
 
 
@@ -34,3 +34,22 @@ class TaskInterrupted(CancelledByContext):
     def __init__(self, reason: str = "aborted") -> None:
         # a default reason: the threads pool raises it by type, without arguments
         super().__init__(reason)
+
+
+class NoContextHeaderError(BudgetCoordinatorError):
+    """A contained task's message carried no ``budget_context`` header (it was sent with
+    no context current, or by a process that never called ``install``), and its
+    ``@contained`` lacks the limits a root of its own needs. The body never ran."""
+
+    def __init__(self, task_name: str, task_id: str, missing: tuple[str, ...]) -> None:
+        self.task_name = task_name
+        self.task_id = task_id
+        self.missing = tuple(missing)  # a list once rebuilt from a result backend
+        super().__init__(task_name, task_id, self.missing)
+
+    def __str__(self) -> str:
+        return (f"task {self.task_name}[{self.task_id}] received no budget_context header, "
+                f"so it has no context to join: send it from inside one "
+                f"(`with ExecutionContext(...):` around `.delay()`, with install(app) called "
+                f"in the sending process), or give @contained {' and '.join(self.missing)} "
+                f"so that it opens a root of its own")

@@ -18,18 +18,21 @@ from typing import Any, TypeVar, cast
 from celery import signals
 from celery._state import get_current_task
 
-from coordinator import CancelledByContext, Coordinator, ExecutionContext, IsolationLevel
 from coordinator.context import tracing
+from coordinator.context.cancellation import CancelledByContext
+from coordinator.context.execution import ExecutionContext
+from coordinator.data.model import IsolationLevel
 from coordinator.errors import ContextExistsError, ContextNotFoundError
 from coordinator.models import MAX_LABEL, ChainMetadata, ExecutionConfig, TokenBudget
+from coordinator.runtime.coordinator import Coordinator
 from coordinator.store.errors import RedisError
 
 from . import running
-from .errors import TaskStoppedError
+from .errors import NoContextHeaderError, TaskStoppedError
 from .interrupt import Armed
 from .propagation import incoming_token, incoming_trace, sent_tasks
 
-log = logging.getLogger("coordinator.worker")
+log = logging.getLogger("coordinator.celery")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,8 +59,8 @@ def contained(
     Called with a token in the message (a task sent while a context was current), the
     task runs in a child of that context: limits left ``None`` inherit what remains above.
     Called without one, it opens a root context, which needs ``max_cost_usd``,
-    ``max_steps`` and ``max_retries_total`` (an ``InvalidConfigError`` fails the task
-    otherwise). Inside the body ``current_context()`` is the context.
+    ``max_steps`` and ``max_retries_total`` (a :class:`NoContextHeaderError` fails the
+    task otherwise). Inside the body ``current_context()`` is the context.
 
     When the context is aborted or times out while the body runs, the body is
     interrupted with :class:`TaskInterrupted` (``interrupt=False``: it is only told,
@@ -186,13 +189,13 @@ def _open(coord: Coordinator, token: str | None, meta: ChainMetadata,
     reports a stop above), or a new root; and whether it was rejoined. A message delivered
     again (``acks_late`` after a lost worker) joins the context its first delivery opened."""
     if token is None:
-        # without all three limits this raises the InvalidConfigError that fails the task
-        config = root_config or ExecutionConfig(
-            max_cost_usd=cast(float, max_cost_usd), max_steps=cast(int, max_steps),
-            max_retries_total=cast(int, max_retries_total), timeout_ms=timeout_ms,
-            token_budget=token_budget)
+        if root_config is None:  # nothing to join, and no limits to open a root with
+            given = {"max_cost_usd": max_cost_usd, "max_steps": max_steps,
+                     "max_retries_total": max_retries_total}
+            raise NoContextHeaderError(meta.service, meta.request_id,
+                                       tuple(k for k, v in given.items() if v is None))
         try:
-            return ExecutionContext(config, metadata=meta, coordinator=coord), False
+            return ExecutionContext(root_config, metadata=meta, coordinator=coord), False
         except ContextExistsError:
             return _rejoin(coord, (meta.chain_id,)), True
     try:

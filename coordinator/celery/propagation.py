@@ -12,8 +12,8 @@ from typing import Any
 from celery import Celery, signals
 from celery._state import get_current_task
 
-from coordinator import ExecutionContext, current_context
 from coordinator.context import tracing
+from coordinator.context.execution import ExecutionContext, current_context
 
 from . import freeze
 from .retries import count_retry
@@ -107,7 +107,7 @@ def install(app: Celery | None = None) -> None:
     """Connect the propagation signal (idempotent). Call it once in every process that
     sends or runs contained tasks, e.g. next to ``app = Celery(...)``; the signal is
     global, so it covers every app of the process. In worker processes it also freezes
-    the objects that exist once the worker is ready (see :mod:`worker.freeze`)."""
+    the objects that exist once the worker is ready (see :mod:`coordinator.celery.freeze`)."""
     signals.before_task_publish.connect(_before_publish, weak=False,
                                         dispatch_uid="budget_context.before_publish")
     freeze.install()
