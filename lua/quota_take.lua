@@ -26,7 +26,9 @@
 --   dimensions only; then up to 8 grants whose lease expired (their holder is gone);
 -- {0, now, 'gone'} no such rule; {0, now, 'stale', version} the rule changed;
 -- {0, now, 'window'} now is outside the window;
--- {0, now, 'exceeded', dim, limit, spent, in_grants} the limit cannot spare the least.
+-- {0, now, 'exceeded', dim, limit, spent, in_grants, expired_member, expired_json, ...}
+--   the limit cannot spare the least (the grants whose lease expired follow: reclaimed,
+--   they may make room).
 
 local now = now_ms()
 local rule = redis.call('HMGET', KEYS[1], 'v', 'l:usd', 'l:calls', 'l:tok')
@@ -55,7 +57,9 @@ for k = 12, #ARGV, 3 do
     local sg = redis.call('HMGET', KEYS[2], 's:' .. d, 'g:' .. d)
     local s, g = stored_num(sg[1]) or 0, stored_num(sg[2]) or 0
     local left = limit - s - g
-    if left < least then return {0, now, 'exceeded', d, limit, s, g} end
+    if left < least then
+      return append_expired({0, now, 'exceeded', d, limit, s, g}, KEYS[3], KEYS[4], now)
+    end
     local x = math.min(want, math.max(least, math.floor(left * share)))
     set[#set + 1] = 'g:' .. d
     set[#set + 1] = g + x

@@ -74,3 +74,18 @@ def hold_grant(url: str, user: str, ready: Any) -> None:
         time.sleep(3600)
 
     ctx.wrap_llm_call(stuck, WrapOptions(cost_estimate_hint=CALL_USD))
+
+
+def hold_after_calls(url: str, user: str, calls: int, ready: Any) -> None:
+    """Make ``calls`` $0.01 calls (strict mode, a grant taken), write them, report the
+    root, then wait to be SIGKILLed with the grant held and nothing in flight."""
+    coord = _coord(url, lease_ms=1500)
+    ctx = ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=1000,
+                                           max_retries_total=10),
+                           metadata=labelled(user), coordinator=coord)
+    for _ in range(calls):
+        assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=CALL_USD),
+                                 WrapOptions(cost_estimate_hint=CALL_USD)) == Decision.ALLOW
+    coord.store.flush()
+    ready.put(ctx.chain_id)
+    time.sleep(3600)

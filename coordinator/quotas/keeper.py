@@ -127,7 +127,7 @@ class QuotaKeeper:
         if short.endswith("corrupt"):
             return Refill(False, "state_corrupt", f"quota grant {index} of the tree's root "
                           "holds a corrupt number")
-        root = path.root
+        root, reclaimed = path.root, False
         for _ in range(MAX_STEPS):
             tree = self.qs.tree_grant(root, index)
             if tree is None:
@@ -152,6 +152,12 @@ class QuotaKeeper:
                 want[dim] = (max(least, rule.grant_want(dim)), least)
             granted = self._take(rule, tree.bucket, window, root, index, want)
             if isinstance(granted, NotGranted):
+                if granted.reason == "exceeded" and granted.expired and not reclaimed:
+                    # dead holders' grants may be what fills the quota: reclaim, ask again
+                    reclaimed = True
+                    for grant_member, record in granted.expired:
+                        self._reclaim(rule.id, grant_member, record)
+                    continue
                 if granted.reason == "exceeded":
                     return Refill(False, "quota_exceeded",
                                   refusal_detail(rule, tree.bucket, window, granted))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.quota_keys import QuotaKeys
@@ -40,7 +40,8 @@ class Granted:
 @dataclass(frozen=True)
 class NotGranted:
     """No grant: ``reason`` is ``exceeded`` (then ``dim``, ``limit``, ``spent`` and
-    ``in_grants`` say why), ``stale`` (the rule changed), ``window`` or ``gone``."""
+    ``in_grants`` say why, and ``expired`` lists the grants to reclaim, which may make
+    room), ``stale`` (the rule changed), ``window`` or ``gone``."""
 
     reason: str
     now_ms: int
@@ -48,6 +49,7 @@ class NotGranted:
     limit: int = 0
     spent: int = 0
     in_grants: int = 0
+    expired: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,11 @@ class TreeGrant:
     end_ms: int
     left: dict[str, int]
     """Room left in the grant by limited dimension."""
+
+
+def _expired(reply: Sequence[Any], start: int) -> list[tuple[str, dict[str, Any]]]:
+    """The (member, record) pairs of expired grants that end quota_take.lua's reply."""
+    return [(str(reply[i]), json.loads(reply[i + 1])) for i in range(start, len(reply), 2)]
 
 
 def _int(v: Any) -> int:
@@ -167,13 +174,11 @@ class QuotaStore:
             reason = str(reply[2])
             if reason == "exceeded":
                 return NotGranted(reason, now, str(reply[3]), int(reply[4]), int(reply[5]),
-                                  int(reply[6]))
+                                  int(reply[6]), _expired(reply, 7))
             return NotGranted(reason, now)
         n = int(reply[3])
         amounts = {str(reply[4 + 2 * i]): int(reply[5 + 2 * i]) for i in range(n)}
-        rest = 4 + 2 * n
-        expired = [(str(reply[i]), json.loads(reply[i + 1])) for i in range(rest, len(reply), 2)]
-        return Granted(str(reply[2]), amounts, now, expired)
+        return Granted(str(reply[2]), amounts, now, _expired(reply, 4 + 2 * n))
 
     def settle(self, rule_id: str, grant_member: str, grant_id: str,
                consumed: Mapping[str, int] | None, expire_at_ms: int = 0) -> bool:
