@@ -23,7 +23,7 @@ from .metrics import CONTENT_TYPE, registry_for, render
 from .runtime import Dashboard
 
 MAX_WATCHED = 200
-STATUS_EVERY_S = 1.0
+STATUS_EVERY_S = 0.5
 """A live stream says whether Redis answers at least this often."""
 MAX_REASON = 500
 

@@ -22,6 +22,12 @@ from ..store.dashboard_reads import BACKEND_ERRORS, DashboardReads
 
 log = logging.getLogger("coordinator.dashboard.live")
 
+ANSWER_S = 1.5
+"""The feed is alive while Redis answered one of its reads (every ``tick_s``) within this
+long, plus ``tick_s``: a read held by a stalled Redis (its socket timeout) or by the
+client's retries cannot keep it alive, so a page says "disconnected" within about
+this plus a status interval (api.py) of Redis going away."""
+
 
 @dataclass(eq=False)
 class Listener:
@@ -63,8 +69,10 @@ class Live:
         self.views = dict(views)
         self.tick_s = tick_s
         self.on_change = on_change
-        self.alive = False
         self.messages = 0
+        self._connected = False
+        self._answered = 0.0
+        """When Redis last answered the feed (monotonic s)."""
         self._listeners: set[Listener] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -93,6 +101,11 @@ class Live:
             self._listeners.discard(listener)
 
     @property
+    def alive(self) -> bool:
+        """Subscribed, and Redis answered within ANSWER_S (plus a tick)."""
+        return self._connected and time.monotonic() - self._answered < ANSWER_S + self.tick_s
+
+    @property
     def listeners(self) -> int:
         return len(self._listeners)
 
@@ -117,7 +130,7 @@ class Live:
             sub = None
             try:
                 sub = any_views.subscribe(self._channels)
-                self.alive, backoff = True, 0.2
+                self._connected, self._answered, backoff = True, time.monotonic(), 0.2
                 next_tick = 0.0
                 while not self._stop.is_set():
                     got = sub.get(timeout=min(self.tick_s, 0.2))
@@ -125,16 +138,17 @@ class Live:
                         self._on_message(*got)
                     if time.monotonic() >= next_tick:
                         self._poll()
-                        next_tick = time.monotonic() + self.tick_s
+                        self._answered = time.monotonic()
+                        next_tick = self._answered + self.tick_s
             except BACKEND_ERRORS as exc:
-                self.alive = False
+                self._connected = False
                 log.warning("live feed: Redis unavailable (%s); retrying", exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
                 if sub is not None:
                     sub.close()
-        self.alive = False
+        self._connected = False
 
     def _on_message(self, channel: str, data: str) -> None:
         tenant = self._channels.get(channel)
@@ -160,6 +174,8 @@ class Live:
         self.publish(out)
 
     def _poll(self) -> None:
+        """Re-read the watched roots (a PING for a tenant with none: every poll is an
+        answer from Redis, or an error) and report the changed ones."""
         with self._lock:
             watched: dict[str, set[str]] = {}
             for li in self._listeners:
@@ -168,7 +184,9 @@ class Live:
         began = time.time() * 1000
         for tenant, views in self.views.items():
             roots = sorted(watched.get(tenant, ()))
-            if roots:
+            if not roots:
+                views.ping()
+            else:
                 hashes, _ = views.root_hashes(roots)
                 changed = []
                 for root, h in zip(roots, hashes, strict=True):

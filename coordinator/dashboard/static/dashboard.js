@@ -1,9 +1,10 @@
 // Live updates: one EventSource per page, fed by the dashboard process's single Redis
 // subscription. On a change that concerns this page, the page's live region is
 // re-rendered by the server (escaped there) and swapped in, from a read begun after the
-// change (`since`); a slow refresh covers anything missed. The stream says every second
-// whether Redis answers: the dot turns red, "disconnected, last update N s ago", when it
-// does not or when the stream itself goes quiet. No other script runs on these pages.
+// change (`since`); a slow refresh covers anything missed. The stream says every half
+// second whether Redis answers: the dot turns red, "disconnected, last update N s ago",
+// when it does not or when the stream itself goes quiet. No other script runs on these
+// pages.
 (function () {
   "use strict";
   var body = document.body;
