@@ -9,13 +9,17 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # `build` (the test extra) brings tomli there
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "integrations.md"
