@@ -41,8 +41,8 @@ class ContextAsyncMembers(ContextLimitsMembers):
         """Async twin of :meth:`abort`: work here is cancelled at once; the durable abort
         is written off the event loop."""
         check_type("reason", reason, str)
-        self._state.handle_stop("aborted")
-        await asyncio.to_thread(self._state.send_abort, reason[:MAX_REASON])
+        self._state.abort(reason[:MAX_REASON])
+        await asyncio.to_thread(self._state.send_abort)
 
     async def aspawn_child(self, *args: Any, **kwargs: Any) -> Self:
         """Async twin of :meth:`spawn_child` (same arguments): opens off the event loop."""

@@ -247,8 +247,8 @@ class ExecutionContext(ContextIdentityMembers, ContextAsyncMembers, ContextDataM
         MAX_REASON characters); a reason that is not a string raises TypeError before
         anything changes."""
         check_type("reason", reason, str)
-        self._state.handle_stop("aborted")
-        self._state.send_abort(reason[:MAX_REASON])
+        self._state.abort(reason[:MAX_REASON])
+        self._state.send_abort()
 
     def record_event(self, event: SafetyEvent) -> None:
         """Append an event to this chain's event log (written with the next round trip)."""

@@ -64,6 +64,9 @@ class ContextState:
     last_snapshot: ContextSnapshot | None = None
     call_seq: itertools.count[int] | None = None
     opening: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    owed_abort: str | None = None
+    """The detail of an abort made before the open landed (queued by the open)."""
+    abort_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     store: Store = field(init=False)
     """The coordinator's store (kept here: the hot path reads it on every call)."""
     backend_key: str = field(init=False)
@@ -134,13 +137,13 @@ class ContextState:
             h = self.store.read_hash(self.path.root, self.ctx_id)
             if "q" in h:  # named by the open that landed
                 attached()
-            self.pending_open = None
+            self._mark_open()
             self.activate(int(h.get("deadline") or 0))
             return
         self.coord.observe_redis_time(opened.created_ms)
         attached()
         self.apply_limits(opened.limits)
-        self.pending_open = None
+        self._mark_open()
         self.activate(opened.deadline_ms)
         if opened.stop_reason:
             self.handle_stop(opened.stop_reason)
@@ -187,14 +190,36 @@ class ContextState:
             return
         self.handle_stop("timeout")
 
-    def send_abort(self, detail: str) -> None:
-        """Make the abort durable in Redis, retrying in the background until it lands."""
+    def abort(self, detail: str) -> None:
+        """Stop here at once (work in flight is cancelled), the durable abort queued
+        first: any read this process makes once the stop shows carries it
+        (read-your-writes). Before the open landed, the open queues it."""
+        with self.abort_lock:
+            self.owed_abort = detail
+            if self.pending_open is None:
+                self._queue_owed_abort()
+        self.handle_stop("aborted")
+
+    def _mark_open(self) -> None:
+        """The open landed: an abort made meanwhile is queued before it shows open."""
+        with self.abort_lock:
+            self._queue_owed_abort()
+            self.pending_open = None
+
+    def _queue_owed_abort(self) -> None:
+        if self.owed_abort is not None:
+            self.store.wire.queue(self.store.abort_op(self.path, "aborted", self.owed_abort))
+            self.owed_abort = None
+
+    def send_abort(self) -> None:
+        """Make the queued abort land in Redis (opening the context first if it was not
+        yet), retrying in the background until it does."""
         try:
             self.ensure_open()
-            self.store.abort(self.path, "aborted", detail)
+            self.store.flush(self.path.root)
         except UNAVAILABLE as exc:
             log.warning("abort of %s not yet durable (%s); retrying", self.ctx_id, exc)
-            self.coord.call_later(0.5, lambda: self.send_abort(detail))
+            self.coord.call_later(0.5, self.send_abort)
 
     # -- events --------------------------------------------------------------------------
 

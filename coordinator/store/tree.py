@@ -231,9 +231,13 @@ class Store:
 
     def abort(self, path: Path, reason: str, detail: str) -> AbortReply:
         """Stop the context named by ``path`` and, with it, its subtree."""
+        return decode_abort(self.wire.run(self.abort_op(path, reason, detail)))
+
+    def abort_op(self, path: Path, reason: str, detail: str) -> Op:
+        """The op of :meth:`abort`, for the queue of writes (``wire.queue``)."""
         keys = [self.ks.ctx(path.root, path.ctx_id), self.ks.events(path.root, path.ctx_id)]
-        args = [reason, detail, self.ks.abort_channel, path.root, path.ctx_id]
-        return decode_abort(self.wire.run(Op("abort", keys, args)))
+        return Op("abort", keys, [reason, detail, self.ks.abort_channel, path.root,
+                                  path.ctx_id])
 
     def close(self, path: Path, retention_s: int) -> int:
         """Close a context, record its summary event and start the retention clock on its
