@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
 from coordinator.cli import app, main
+from coordinator.cli.rows import own_stop
 
 Capture = pytest.CaptureFixture[str]
 
@@ -88,8 +89,8 @@ def test_gc_dry_run_counts_the_open_trees(coord: Coordinator, redis_url: str,
     runs = [_root(), _root()]
     code, out, _ = _cli(capsys, redis_url, "gc", "--dry-run")
     assert code == 0
-    assert out.strip() == ("0 trees idle for 86400s or more among 2 open trees (0 created "
-                           "86400s or more ago); dry run: nothing changed (run without "
+    assert out.strip() == ("0 trees idle for 1d00h or more among 2 open trees (0 created "
+                           "1d00h or more ago); dry run: nothing changed (run without "
                            "--dry-run to close and expire them)")
     code, out, _ = _cli(capsys, redis_url, "gc", "--dry-run", "--json")
     assert json.loads(out)["open"] == 2
@@ -116,3 +117,8 @@ def test_sessions_list_has_json(coord: Coordinator, redis_url: str, capsys: Capt
         == {"tenant": "acme", "conversation": "c-1", "path": "main", "sandbox_id": "sb-1",
             "status": "active"}
     assert datetime.fromisoformat(row["expires_at"]) > now
+
+
+def test_a_deadline_passed_long_ago_reads_as_a_duration() -> None:
+    stop = own_stop("c", {"status": "running", "deadline": "1000"}, 1000 + 7_260_000)
+    assert stop is not None and stop.detail == "deadline passed 2h01m ago"

@@ -5,6 +5,7 @@ bodies and callers without the right are refused and change nothing."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_an_operator_changes_a_limit_and_the_next_call_obeys(coord: Coordinator,
         listed = http.json("/api/quotas", token=VIEWER_TOKEN)
         assert [r["id"] for r in listed["rules"]] == ["user-day"]
         bucket = listed["buckets"][0]
-        assert (bucket["bucket"], bucket["limits"]) == ("user=ann", {"usd": 20_000})
+        assert (bucket["bucket"], bucket["limit_usd"]) == ("user=ann", 0.02)
 
         status, _, body = http.request("PUT", "/api/quotas/user-day", token=OPERATOR_TOKEN,
                                        body={"usd": 0.05})
@@ -57,8 +58,8 @@ def test_an_operator_changes_a_limit_and_the_next_call_obeys(coord: Coordinator,
         shown = http.json("/api/quotas/user-day", token=VIEWER_TOKEN)
         assert [(a["actor"], a["action"]) for a in shown["audit"]] == [
             ("t", "set"), ("token-1 (dashboard)", "set")]
-        assert shown["buckets"][0]["spent"]["usd"] == 30_000
-        assert shown["buckets"][0]["in_grants"]["usd"] == 0
+        assert shown["buckets"][0]["spent_usd"] == 0.03
+        assert shown["buckets"][0]["in_grants_usd"] == 0
 
 
 def test_refused_changes_leave_the_rule_as_it_was(coord: Coordinator,
@@ -97,3 +98,15 @@ def test_refused_changes_leave_the_rule_as_it_was(coord: Coordinator,
         assert http.request("GET", path, token=OPERATOR_TOKEN)[0] == 404
         assert http.request("DELETE", path, token=OPERATOR_TOKEN)[0] == 404
         assert Quotas(coord).rules() == []
+
+
+def test_the_quotas_page_says_when_a_window_resets_as_a_duration(coord: Coordinator,
+                                                                 redis_url: str) -> None:
+    Quotas(coord).set(QuotaRule(id="user-day", match={"user": "*"}, usd=1.0), actor="t")
+    with ExecutionContext(CONFIG, metadata=labelled("ann"), coordinator=coord) as ctx:
+        assert ctx.wrap_llm_call(_spend, CALL) == Decision.ALLOW
+    with dashboard(redis_url) as http:
+        status, _, page = http.request("GET", "/quotas", token=VIEWER_TOKEN)
+    assert status == 200, page
+    resets = re.search(r"resets in ([^<]*)<", page)
+    assert resets and re.fullmatch(r"\d+h\d\dm|\d+m\d\ds|\d+s", resets[1]), page  # 16h49m

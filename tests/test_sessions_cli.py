@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 from typer.testing import CliRunner, Result
@@ -38,6 +39,8 @@ def test_list_and_cleanup(coord: Coordinator, redis_url: str) -> None:
     assert listed.exit_code == 0, listed.output
     assert {line.split()[2] for line in listed.output.splitlines()} == {
         "live", "stale", "other"}
+    live = next(line for line in listed.output.splitlines() if " live " in line)
+    assert re.search(r"expires in \d+m\d\ds$", live), live  # 9m59s, never 599 s
     only = sessions(redis_url, "list", "--tenant", "globex")
     assert [line.split()[2] for line in only.output.splitlines()] == ["other"]
 

@@ -32,8 +32,9 @@ def gc_text(report: GcReport, idle_s: float) -> str:
     lines = [f"{t.root}  idle {age(int(t.idle_s * 1000))}  "
              f"{plural(t.contexts, 'context')}  spent {usd(int(t.spent_usd * 1e6))}"
              for t in report.idle]
-    found = (f"{plural(len(report.idle), 'tree')} idle for {idle_s:g}s or more among "
-             f"{plural(report.open, 'open tree')} ({report.examined} created {idle_s:g}s "
+    span = age(int(idle_s * 1000)) if idle_s >= 1 else f"{idle_s:g}s"
+    found = (f"{plural(len(report.idle), 'tree')} idle for {span} or more among "
+             f"{plural(report.open, 'open tree')} ({report.examined} created {span} "
              f"or more ago)")
     if report.dry_run:
         lines.append(f"{found}; dry run: nothing changed (run without --dry-run to close "

@@ -3,20 +3,29 @@ rules at runtime; every change is audited and applies to the next call everywher
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
+from ..core.durations import human_age
 from ..errors import QuotaRuleError
 from ..quotas import QuotaRule, Quotas, QuotaStatus
-from ..quotas.refusal import amount_text
+from ..quotas.api import JSON_DIMS
 from ..quotas.rules import match_from_pairs
-from ._common import JsonOption, connect, console, fail, print_json
+from ._common import JsonOption, connect, fail, print_json
 from .help_format import PlainCommand, PlainGroup
 
 app = typer.Typer(cls=PlainGroup, no_args_is_help=True,
                   help="Standing budgets: quota rules and buckets.")
+
+class Limit(str, Enum):
+    """A limit ``--unset`` removes (a rule's field)."""
+
+    usd = "usd"
+    tokens = "tokens"
+    calls = "calls"
+
 
 ActorOption = Annotated[str | None, typer.Option(
     "--actor", help="Who makes the change, for the audit (default: USER@HOST).")]
@@ -26,31 +35,40 @@ ActorOption = Annotated[str | None, typer.Option(
 def set_rule(
     ctx: typer.Context,
     rule_id: Annotated[str, typer.Argument(metavar="ID", help="The rule's name.")],
-    match: Annotated[list[str], typer.Option(
-        "--match", help="label=value (org, team, service, user, key or a tag; value * "
-        "for each value separately); repeat for several.")],
-    usd: Annotated[float | None, typer.Option(help="Dollars per period.")] = None,
-    tokens: Annotated[int | None, typer.Option(help="Tokens per period.")] = None,
-    calls: Annotated[int | None, typer.Option(help="Calls per period.")] = None,
-    period: Annotated[str, typer.Option(
-        help="day, week, month (calendar, in --tz), total, or a duration: 30s, 5m, "
-        "2h, 1d.")] = "day",
-    tz: Annotated[str, typer.Option(help="Time zone of calendar periods.")] = "UTC",
-    retention: Annotated[int, typer.Option(
-        help="Seconds a window is kept after it ends.")] = 90 * 86400,
+    match: Annotated[list[str] | None, typer.Option(
+        "--match", metavar="LABEL=VALUE", help="org, team, service, user, key or a tag "
+        "(value * for each value separately); repeat for several. A new rule needs one; "
+        "a rule's match cannot change.")] = None,
+    usd: Annotated[float | None, typer.Option(
+        metavar="DOLLARS", help="Dollars per period.")] = None,
+    tokens: Annotated[int | None, typer.Option(metavar="N", help="Tokens per period.")] = None,
+    calls: Annotated[int | None, typer.Option(metavar="N", help="Calls per period.")] = None,
+    unset: Annotated[list[Limit] | None, typer.Option(
+        help="Remove this limit; repeat for several.")] = None,
+    period: Annotated[str | None, typer.Option(
+        help="day (a new rule's), week, month (calendar, in --tz), total, or a duration: "
+        "30s, 5m, 2h, 1d.")] = None,
+    tz: Annotated[str | None, typer.Option(
+        help="Time zone of calendar periods (a new rule's: UTC).")] = None,
+    retention: Annotated[int | None, typer.Option(
+        metavar="SECONDS", help="How long a window is kept after it ends (a new rule's: "
+        "90 days).")] = None,
     actor: ActorOption = None,
 ) -> None:
-    """Create or change a rule (its match cannot change)."""
+    """Create a rule, or change the options given of one (the others keep their value)."""
     try:
-        rule = QuotaRule(id=rule_id, match=match_from_pairs(match), usd=usd, tokens=tokens,
-                         calls=calls, period=period, tz=tz, retention_s=retention)
+        given = {"match": match_from_pairs(match) if match else None, "usd": usd,
+                 "tokens": tokens, "calls": calls, "period": period, "tz": tz,
+                 "retention_s": retention}
+        changes: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+        changes.update({limit.value: None for limit in unset or ()})
     except QuotaRuleError as exc:
         fail(str(exc), 2)
     with connect(ctx) as coord:
         try:
-            stored = Quotas(coord).set(rule, actor=actor)
+            stored = Quotas(coord).change(rule_id, changes, actor=actor)
         except QuotaRuleError as exc:
-            fail(str(exc), 2)
+            fail(str(exc).replace("(label=value)", "(--match LABEL=VALUE)"), 2)
         print(f"quota {stored.id} set (version {stored.version})")
 
 
@@ -66,16 +84,38 @@ def delete_rule(
         print(f"quota {rule_id} deleted")
 
 
-def _table(rows: list[QuotaStatus]) -> Table:
-    table = Table("rule", "bucket", "window (period)", "spent", "in grants", "limit",
-                  "resets in")
+def _window_text(rule: QuotaRule, rows: list[QuotaStatus]) -> str:
+    """``per day, window 2026-11-28, resets in 16h51m`` (the same for all its buckets)."""
+    if not rows:
+        return f"per {rule.period}, no spend in its current window"
+    s = rows[0]
+    resets = "never" if s.resets_in_s is None else human_age(s.resets_in_s * 1000)
+    return f"per {rule.period}, window {s.window}, resets in {resets}"
+
+
+def _amount(dim: str, amount: int) -> str:
+    return f"${amount / 1_000_000:,.6f}".rstrip("0").rstrip(".") if dim == "usd" else \
+        f"{amount:,}"
+
+
+def _lines(rows: list[QuotaStatus]) -> list[str]:
+    """A header, then each bucket whole on its line and one line per limited dimension
+    under it: spent, held in grants, limit (plain lines: no id is ever cut)."""
+    cells = [(JSON_DIMS[d], _amount(d, s.spent[d]), _amount(d, s.in_grants[d]),
+              _amount(d, limit)) for s in rows for d, limit in s.limits.items()]
+    widths = [max(len(c[i]) for c in [("", "SPENT", "IN GRANTS", "LIMIT"), *cells])
+              for i in range(4)]
+
+    def line(cell: tuple[str, str, str, str]) -> str:
+        return "    " + "  ".join([cell[0].ljust(widths[0]),
+                                  *(c.rjust(w) for c, w in zip(cell[1:], widths[1:], strict=True))])
+
+    out = [line(("", "SPENT", "IN GRANTS", "LIMIT"))]
+    rest = iter(cells)
     for s in rows:
-        for dim, limit in s.limits.items():
-            table.add_row(s.rule_id, s.bucket, f"{s.window} ({s.period})",
-                          amount_text(dim, s.spent[dim]),
-                          amount_text(dim, s.in_grants[dim]), amount_text(dim, limit),
-                          "never" if s.resets_in_s is None else f"{s.resets_in_s:.0f}s")
-    return table
+        out.append(f"  {s.bucket}")
+        out += [line(next(rest)) for _ in s.limits]
+    return out
 
 
 @app.command("list", cls=PlainCommand)
@@ -84,15 +124,19 @@ def list_rules(ctx: typer.Context, as_json: JsonOption = False) -> None:
     with connect(ctx) as coord:
         quotas = Quotas(coord)
         rules = quotas.rules()
-        rows = [s for rule in rules for s in quotas.status(rule)]
+        status = {rule.id: quotas.status(rule) for rule in rules}
         if as_json:
             print_json(lambda: {"rules": [r.id for r in rules],
-                                "buckets": [s.as_dict() for s in rows]}, None)
+                                "buckets": [s.as_dict() for r in rules
+                                            for s in status[r.id]]}, None)
             return
         if not rules:
             print("no quota rules")
             return
-        console().print(_table(rows))
+        for rule in rules:
+            rows = status[rule.id]
+            print("\n".join([f"{rule.id}: {_window_text(rule, rows)}",
+                             *(_lines(rows) if rows else [])]))
 
 
 @app.command("show", cls=PlainCommand)
@@ -109,12 +153,10 @@ def show_rule(
             return
         rule = quotas.get(rule_id)
         rows = quotas.status(rule)
-        audit = quotas.audit(rule_id)
-        out = console()
-        out.print(f"quota {rule.id} (version {rule.version}): match "
-                  + ", ".join(f"{k}={v}" for k, v in sorted(rule.match.items()))
-                  + f"; per {rule.period} ({rule.tz})")
-        out.print(_table(rows))
-        for event in audit:
-            out.print(f"{event.get('ts', '')} {event.get('actor', '')} {event.get('action', '')}")
-
+        match = ", ".join(f"{k}={v}" for k, v in sorted(rule.match.items()))
+        print(f"quota {rule.id} (version {rule.version}): match {match} ({rule.tz}); "
+              f"{_window_text(rule, rows)}")
+        if rows:
+            print("\n".join(_lines(rows)))
+        for event in quotas.audit(rule_id):
+            print(f"{event.get('at', '')} {event.get('actor', '')} {event.get('action', '')}")

@@ -126,7 +126,7 @@ def own_stop(cid: str, h: dict[str, str], now_ms: int) -> Stop | None:
                     _int(h, "stopped_ms"))
     deadline = _int(h, "deadline")
     if h.get("status") == "running" and deadline and now_ms >= deadline:
-        return Stop(cid, "timeout", f"deadline passed {now_ms - deadline} ms ago",
+        return Stop(cid, "timeout", f"deadline passed {age(now_ms - deadline)} ago",
                     deadline, recorded=False)
     return None
 

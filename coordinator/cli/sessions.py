@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ..core.durations import human_age
 from ..core.session_models import ExecutionSession
 from ..store.sessions import SessionStore
 from ._common import connect, fail
@@ -67,7 +68,7 @@ def list_sessions(
                    f"{s.identity.path_id}  "
                    f"{s.provider}:{s.sandbox_id}{'@' + s.host if s.host else ''}  "
                    f"{s.execution_count} runs  {s.total_execution_time_ms} ms  "
-                   f"expires in {left} s")
+                   f"expires in {human_age(left * 1000)}")
     if not found:
         typer.echo("no active sessions")
 

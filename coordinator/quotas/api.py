@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.durations import utc_iso
 from ..errors import QuotaNotFoundError, QuotaRuleError
 from ..runtime.actor import user_at_host
 from ..runtime.coordinator import Coordinator
@@ -33,10 +34,27 @@ class QuotaStatus:
     """Seconds until the next window opens (None: a total never resets)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON of ``budgetctl quota list --json`` and the dashboard's API."""
-        return {"rule": self.rule_id, "bucket": self.bucket, "period": self.period,
-                "window": self.window, "spent": self.spent, "in_grants": self.in_grants,
-                "limits": self.limits, "resets_in_s": self.resets_in_s}
+        """The JSON of ``budgetctl quota list --json`` and the dashboard's API: per
+        dimension ``spent_*``, ``in_grants_*`` and ``limit_*`` (None: not limited), in
+        dollars (``*_usd``), tokens and calls."""
+        out: dict[str, Any] = {"rule": self.rule_id, "bucket": self.bucket,
+                               "period": self.period, "window": self.window}
+        for dim, name in JSON_DIMS.items():
+            scale = 1_000_000 if dim == "usd" else 1
+            limit = self.limits.get(dim)
+            out[f"spent_{name}"] = _json_amount(self.spent[dim], scale)
+            out[f"in_grants_{name}"] = _json_amount(self.in_grants[dim], scale)
+            out[f"limit_{name}"] = None if limit is None else _json_amount(limit, scale)
+        out["resets_in_s"] = self.resets_in_s
+        return out
+
+
+JSON_DIMS = {"usd": "usd", "tok": "tokens", "calls": "calls"}
+"""A dimension's name in JSON fields (``spent_usd``, ``limit_tokens``)."""
+
+
+def _json_amount(amount: int, scale: int) -> int | float:
+    return amount / scale if scale > 1 else amount
 
 
 class Quotas:
@@ -111,8 +129,13 @@ class Quotas:
                 "audit": self.audit(rule_id)}
 
     def audit(self, rule_id: str) -> list[dict[str, str]]:
-        """Who changed the rule and how (actor, action, before, after, ts), oldest first."""
-        return self.qs.audit(rule_id)
+        """Who changed the rule and how (actor, action, before, after, at: a UTC date),
+        oldest first."""
+        events = self.qs.audit(rule_id)
+        for event in events:
+            ts = event.pop("ts", "")
+            event["at"] = utc_iso(int(ts)) if ts.isdigit() else ts
+        return events
 
     def status(self, rule: QuotaRule) -> list[QuotaStatus]:
         """The rule's buckets in their current window."""
