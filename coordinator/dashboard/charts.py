@@ -16,14 +16,15 @@ PALETTE = 7
 
 
 def _fit(series: Sequence[tuple[int, int]], t0: int, t1: int) -> list[tuple[int, int]]:
-    """(ms, micro) clamped to [t0, t1], in time order, at most MAX_POINTS (the last point
-    of each of MAX_POINTS slices of time: spend is cumulative, the last is the truest)."""
+    """(ms, micro) clamped to [t0, t1], in time order: the first, then the last point of
+    each of MAX_POINTS slices of time (spend is cumulative, the last is the truest)."""
     span = max(1, t1 - t0)
     slices: dict[int, tuple[int, int]] = {}
-    for ms, micro in sorted(series):
-        ms = min(max(ms, t0), t1)
+    fitted = [(min(max(ms, t0), t1), micro) for ms, micro in sorted(series)]
+    for ms, micro in fitted:
         slices[(ms - t0) * (MAX_POINTS - 1) // span] = (ms, micro)
-    return [slices[k] for k in sorted(slices)]
+    kept = [slices[k] for k in sorted(slices)]
+    return kept if not fitted or kept[0] == fitted[0] else [fitted[0], *kept]
 
 
 def _usd(micro: float) -> str:
@@ -33,16 +34,42 @@ def _usd(micro: float) -> str:
     return f"${usd:,.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
+def _steps(series: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A step line through ``series``: each value held until the next reading."""
+    out = list(series[:1])
+    for ms, micro in series[1:]:
+        out += [(ms, out[-1][1]), (ms, micro)] if micro != out[-1][1] else []
+    return out
+
+
+def measured(points: Sequence[tuple[int, int]], calls: Sequence[tuple[int, int]], *,
+             created_ms: int, end_ms: int, spend_micro: int) -> list[tuple[int, int]]:
+    """(ms, micro-USD) where a tree's spend was known: $0 at its creation; after each of
+    its newest recorded ``calls`` (ms at its end, micro-USD it cost), the spend now less
+    the calls after it; before the first of those, the indexer's ``points`` (minute,
+    micro-USD: read at the latest by the minute's end); ``spend_micro`` at ``end_ms``."""
+    exact, after = [], spend_micro
+    for ms, cost in sorted(calls, reverse=True):
+        exact.append((min(max(ms, created_ms), end_ms), after))
+        after = max(0, after - cost)
+    first = exact[-1][0] if exact else end_ms
+    read = [(m * 60_000 + 59_999, min(u, after)) for m, u in points
+            if m * 60_000 + 59_999 < first]
+    return [(created_ms, 0), *read, *([(first, after)] if exact else []), *exact[::-1],
+            (end_ms, spend_micro)]
+
+
 def spend_chart(points: Sequence[tuple[int, int]], *, created_ms: int, now_ms: int,
-                spend_micro: int, ceiling_micro: int,
-                stops: Sequence[tuple[int, str, str]]) -> dict[str, Any]:
-    """A tree's spend over time: from zero at its creation through the indexer's points
-    (minute, micro-USD) to ``spend_micro`` now; the ceiling as a line; each stop
-    (ms, context, reason) as a marker."""
+                spend_micro: int, ceiling_micro: int, stops: Sequence[tuple[int, str, str]],
+                calls: Sequence[tuple[int, int]] = ()) -> dict[str, Any]:
+    """A tree's spend over time as a step line through what was measured (see
+    :func:`measured`; never a slope between two readings, so no spend shows where none
+    was made, after a stop say); the ceiling as a line; each stop (ms, context, reason)
+    as a marker."""
     width, height, left, right, top, bottom = 800, 180, 70, 10, 10, 22
     t0, t1 = created_ms, max(now_ms, created_ms + 1000)
-    series = _fit([(created_ms, 0), *((m * 60_000 + 59_999, u) for m, u in points),
-                   (t1, spend_micro)], t0, t1)
+    series = _steps(_fit(measured(points, calls, created_ms=t0, end_ms=t1,
+                                  spend_micro=spend_micro), t0, t1))
     peak = max([ceiling_micro, spend_micro, *(u for _, u in series), 1]) * 1.05
 
     def x(ms: int) -> float:

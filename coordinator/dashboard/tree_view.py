@@ -75,12 +75,14 @@ def tree_view(read: TreeRead, focus: str, rate: float,
     stops = sorted((int(c.get("stopped_ms") or 0), cid, str(c.get("reason") or "stopped"))
                    for cid, c in read.hashes.items()
                    if c.get("status") == "stopped" and c.get("stopped_ms"))
+    nodes = [_node(cid, j) for cid, j in read.nodes]
     chart = spend_chart(series, created_ms=int(h.get("created_ms") or read.now_ms),
                         now_ms=_end_ms(h, read.now_ms), spend_micro=int(h.get("u:usd") or 0),
-                        ceiling_micro=int(h.get("l:usd") or 0), stops=stops)
+                        ceiling_micro=int(h.get("l:usd") or 0), stops=stops,
+                        calls=[got for n in nodes if (got := _charged(n)) is not None])
     return {"root": root, "focus": focus, "contexts": contexts,
             "truncated": read.truncated, "tokens_by_provider": top.get("tokens_by_provider", {}),
-            "nodes": [_node(cid, j) for cid, j in read.nodes],
+            "nodes": nodes,
             "events": [_event(cid, j) for cid, j in read.events],
             "chart": chart, "now_ms": read.now_ms}
 
@@ -141,6 +143,14 @@ def _node(ctx_id: str, text: str) -> dict[str, Any]:
             "input_tokens": n.get("input_tokens", 0), "output_tokens": n.get("output_tokens", 0),
             "duration_ms": duration, "status": n.get("status"),
             "start": _iso(start), "start_ms": int(start * 1000) if start is not None else None}
+
+
+def _charged(node: Mapping[str, Any]) -> tuple[int, int] | None:
+    """When a recorded call ended (ms) and what it cost (micro-USD); None: no time."""
+    start, cost = node.get("start_ms"), node.get("cost_usd")
+    if start is None or not isinstance(cost, (int, float)):
+        return None
+    return int(start + (node.get("duration_ms") or 0)), round(cost * 1e6)
 
 
 def _seconds(value: Any) -> float | None:
