@@ -209,14 +209,18 @@ class PromptEvaluationError(BudgetCoordinatorError, RuntimeError):
 
 def _problem_text(problem: dict[str, Any]) -> str:
     """One pydantic problem as ``field: what is wrong (got value)``, without pydantic's
-    ``Value error,`` prefix and without saying the value twice."""
-    where = ".".join(str(p) for p in problem.get("loc", ())) or "<model>"
+    ``Value error,`` prefix and without saying the field or the value twice
+    (``max_steps must be ...``, not ``max_steps: max_steps must be ...``)."""
+    loc = [str(p) for p in problem.get("loc", ())]
+    where = ".".join(loc) or "<model>"
     if problem.get("type") == "missing":
         return f"{where}: required"
     message = str(problem.get("msg", "")).removeprefix("Value error, ")
-    if "got " in message:
-        return f"{where}: {message}"
-    return f"{where}: {message} (got {shown(problem.get('input'))})"
+    if loc and message.startswith(f"{loc[-1]} "):
+        text = ".".join(loc[:-1] + [message])
+    else:
+        text = f"{where}: {message}"
+    return text if "got " in message else f"{text} (got {shown(problem.get('input'))})"
 
 
 class InvalidConfigError(PromptEvaluationError, ValueError):
@@ -294,7 +298,8 @@ class QuotaRuleError(BudgetCoordinatorError, ValueError):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"quota rule {field}: {problem}; got {value!r}")
+        got = "" if value is None else f"; got {shown(value)}"
+        super().__init__(f"quota rule {field}: {problem}{got}")
 
 
 class QuotaNotFoundError(BudgetCoordinatorError, LookupError):

@@ -1,6 +1,7 @@
-"""Error texts a new user reads (issue 23, item 15): no pydantic prefix, the limit stated,
-the URL named with its password hidden, "no token" for an empty token, a long value cut,
-and a typed answer for an abort reason of the wrong type."""
+"""Error texts a new user reads (issue 23, item 15; issue 29, item 22): no pydantic prefix,
+the field named once, the limit stated, the URL named with its password hidden, "no token"
+for an empty token, a long value cut, a typed answer for an abort reason of the wrong type,
+Redis away said once, and the fix named for a token signed with a key not configured."""
 
 from __future__ import annotations
 
@@ -11,31 +12,71 @@ import pytest
 from coordinator import (
     ChainMetadata,
     Coordinator,
+    Decision,
     ExecutionConfig,
     ExecutionContext,
     WrapOptions,
     report_usage,
 )
 from coordinator.core.redaction import redact_url
+from coordinator.core.token_codec import TokenCodec
+from coordinator.embedded import RedisServer
 from coordinator.errors import (
+    BackendUnavailableError,
     InvalidConfigError,
     InvalidCostError,
+    TokenExpiredError,
     TokenMalformedError,
     TopologyURLError,
+    UnknownKeyError,
 )
+from coordinator.store.health import BackendDown
 
 
 def test_invalid_config_says_what_is_wrong_without_pydantics_prefix() -> None:
     with pytest.raises(InvalidConfigError) as err:
         ExecutionConfig(max_cost_usd=1e12, max_steps=1, max_retries_total=1)
-    assert str(err.value) == ("invalid ExecutionConfig: max_cost_usd: max_cost_usd must be "
-                              "a number from one micro-dollar (1e-6) to 1e+09 "
-                              "(got 1000000000000.0)")
+    assert str(err.value) == ("invalid ExecutionConfig: max_cost_usd must be a number "
+                              "from one micro-dollar (1e-6) to 1e+09 (got 1000000000000.0)")
     with pytest.raises(InvalidConfigError) as err:
         ExecutionConfig(max_cost_usd=1, max_steps=1, max_retries_total=1,
                         deadline="x")  # type: ignore[arg-type]
     assert "Value error" not in str(err.value)
     assert str(err.value).count("'x'") == 1  # the value is said once
+    assert str(err.value).count("deadline") == 1  # and the field
+
+
+def test_redis_away_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    assert str(BackendUnavailableError("reserve", BackendDown())) == (
+        "Redis unavailable during reserve: failing fast until Redis answers a probe")
+    server = RedisServer()
+    server.start()
+    coord = Coordinator.from_url(server.url, probe_interval_ms=3_600_000)
+    run = ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=2),
+                           coordinator=coord)
+    server.stop()
+    for _ in range(2):  # the second finds the backend known down
+        assert run.wrap_llm_call(lambda: None) == Decision.HALT
+    run.close()
+    coord.close()
+    [closing] = [r.getMessage() for r in caplog.records if "closing" in r.getMessage()]
+    assert closing.count("unavailable") == 1 and "probe" in closing, closing
+
+
+def test_a_token_signed_with_a_key_not_configured_names_the_fix() -> None:
+    token = TokenCodec({"new": b"n" * 32}).encode(root="r", path=("r",), tenant="",
+                                                   ttl_s=60, now=1000.0)
+    with pytest.raises(UnknownKeyError) as err:
+        TokenCodec({"old": b"o" * 32}).decode(token, now=1000.0)
+    assert str(err.value) == ("context token rejected: unknown key id 'new': add the "
+                              "signer's 'kid:secret' pair to BUDGET_TOKEN_KEYS")
+
+
+def test_an_expiry_long_past_reads_as_a_duration() -> None:
+    codec = TokenCodec({"k": b"k" * 32})
+    token = codec.encode(root="r", path=("r",), tenant="", ttl_s=60, now=1000.0)
+    with pytest.raises(TokenExpiredError, match=r"expired 19h05m ago$"):
+        codec.decode(token, now=1060.0 + 68_700)
 
 
 def test_a_cost_beyond_any_real_call_states_the_limit(coord: Coordinator) -> None:

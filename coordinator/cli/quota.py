@@ -68,7 +68,9 @@ def set_rule(
         try:
             stored = Quotas(coord).change(rule_id, changes, actor=actor)
         except QuotaRuleError as exc:
-            fail(str(exc).replace("(label=value)", "(--match LABEL=VALUE)"), 2)
+            new_without_match = exc.field == "match" and exc.value is None
+            fail("quota rule match: a new rule needs --match LABEL=VALUE" if new_without_match
+                 else str(exc), 2)
         print(f"quota {stored.id} set (version {stored.version})")
 
 

@@ -34,6 +34,7 @@ from ..errors import (
     TokenVersionError,
     UnknownKeyError,
 )
+from .durations import human_age
 
 VERSION = 1
 _VERIFIED_CACHE = 1024
@@ -178,9 +179,10 @@ class TokenCodec:
                 self._verified[token] = claims
         # Time and tenant are checked on every use, cached or not.
         if now > claims.expires + CLOCK_SKEW_S:
-            raise TokenExpiredError(f"expired {int(now - claims.expires)} s ago")
+            raise TokenExpiredError(f"expired {human_age((now - claims.expires) * 1000)} ago")
         if claims.issued > now + CLOCK_SKEW_S:
-            raise TokenNotYetValidError(f"issued {int(claims.issued - now)} s in the future")
+            raise TokenNotYetValidError(
+                f"issued {human_age((claims.issued - now) * 1000)} in the future")
         if tenant is not None and claims.tenant != tenant:
             raise TenantMismatchError(f"token tenant {claims.tenant!r} is not {tenant!r}")
         return claims
@@ -205,7 +207,8 @@ class TokenCodec:
             raise TokenMalformedError(f"{len(fields)} fields, expected 8")
         _, kid, root, ctx, path, ten, issued, expires = fields
         if not isinstance(kid, str) or kid not in self._keys:
-            raise UnknownKeyError(f"unknown key id {_short(kid)}")
+            raise UnknownKeyError(f"unknown key id {_short(kid)}: add the signer's "
+                                  f"'kid:secret' pair to BUDGET_TOKEN_KEYS")
         want = hmac.digest(self._keys[kid], payload, "sha256")
         if not hmac.compare_digest(want, sig):
             raise TokenSignatureError("signature mismatch")

@@ -25,7 +25,7 @@ class BackendDown(ConnectionError):
     every caller treats it as an unreachable Redis, without waiting a socket timeout."""
 
     def __init__(self) -> None:
-        super().__init__("Redis backend unavailable (failing fast until a probe succeeds)")
+        super().__init__("failing fast until Redis answers a probe")
 
 
 def is_stall(exc: BaseException) -> bool:
