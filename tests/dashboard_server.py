@@ -113,7 +113,7 @@ def open_tree(coord: Coordinator, chain_id: str, *, ceiling: float = 1.0, team: 
               org: str = "acme", service: str = "agent") -> ExecutionContext:
     """A root context opened in Redis at once. It is made on a thread of its own: the
     browser tests drive Playwright's sync API, which runs an event loop on the test's
-    thread, and a root made on a running loop defers its open to its first call."""
+    thread, and a root made on a running loop opens in the background, not at once."""
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(
             ExecutionContext,

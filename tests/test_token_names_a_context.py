@@ -14,6 +14,7 @@ import pytest
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
 from coordinator.cli import main
+from coordinator.context.state import ContextState
 from coordinator.core.keys import KeySpace
 from coordinator.embedded import RedisServer
 from coordinator.errors import BackendUnavailableError
@@ -30,28 +31,27 @@ def _config() -> ExecutionConfig:
 
 
 def test_a_token_read_on_a_running_loop_names_an_open_context(
-        coord: Coordinator, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+        coord: Coordinator, redis_url: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 25, case 6: the root is made inside a running event loop and its token read
     there; a process attaches it and spends, and `budgetctl top` lists the tree."""
     opened_on: list[str] = []
+    original = ContextState.ensure_open
 
-    async def notebook_cell() -> tuple[ExecutionContext, str, bool]:
+    def spy(self: ContextState, **kw: bool) -> None:
+        opened_on.append(threading.current_thread().name)
+        original(self, **kw)
+
+    monkeypatch.setattr(ContextState, "ensure_open", spy)
+
+    async def notebook_cell() -> tuple[ExecutionContext, str]:
         root = ExecutionContext(_config())
-        before = bool(coord.client.exists(KS.ctx(root.chain_id, root.chain_id)))
-        original = root._state.ensure_open
+        return root, root.token
 
-        def spy(**kw: bool) -> None:
-            opened_on.append(threading.current_thread().name)
-            original(**kw)
-
-        root._state.ensure_open = spy  # type: ignore[method-assign]
-        return root, root.token, before
-
-    root, token, existed_before = asyncio.run(notebook_cell())
-    # nothing named it before the token: the open was deferred; reading the token opened
-    # it, on a thread other than the loop's
-    assert not existed_before
-    assert opened_on and opened_on[0] != threading.main_thread().name
+    root, token = asyncio.run(notebook_cell())
+    # opened before its token was handed out (by the background open or the token read,
+    # whichever came first), never on the loop's thread
+    assert opened_on and threading.main_thread().name not in opened_on
     assert coord.client.hget(KS.ctx(root.chain_id, root.chain_id), "status") == "running"
 
     worker = SPAWN.Process(target=procs.spend_and_exit, args=(redis_url, token))

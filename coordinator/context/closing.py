@@ -28,7 +28,7 @@ def close_context(state: ContextState) -> None:
         if not coord.backend.allow(state.backend_key):
             raise BackendDown()
         state.store.flush(state.path.root)  # this tree's node only
-        if state.owner and state.pending_open is None:
+        if state.owner and state.is_open():  # (a background open done first)
             m = state.metadata
             spent = state.store.close(state.path, coord.retention_s)
             end_quota_grants(coord, state.path)  # what the tree's grants left returns
@@ -49,7 +49,7 @@ def detach_context(state: ContextState) -> None:
     state.closed = True
     try:
         end_lease(state)
-        if state.pending_open is None:
+        if state.is_open():
             state.store.expire_context(state.path, state.coord.retention_s)
         else:
             state.store.flush()

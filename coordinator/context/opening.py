@@ -63,7 +63,8 @@ def open_state(coord: Coordinator, plan: OpenPlan, pipeline: ShieldPipeline | No
                          owner=True, pending_open=PendingOpen(
                              plan, stored_metadata_json(metadata), fresh=True))
     if parent is None and _on_event_loop():
-        return state  # opened by ``async with`` (or the first call) off the event loop
+        open_in_background(state)  # the loop's thread never waits on Redis
+        return state
     if parent is not None and parent.pending_open is not None:
         open_pending(parent)  # a root made on an event loop and not yet opened
     open_pending(state)
@@ -90,6 +91,25 @@ def open_pending(state: ContextState) -> None:
     except UNAVAILABLE as exc:
         state.coord.backend.failed(exc)
         log.warning("could not open context %s: %s", state.ctx_id, exc)
+
+
+def open_in_background(state: ContextState) -> None:
+    """Open a root made on an event loop at once, on a thread of its own, so that it is
+    listed while its agent thinks. Its first call (or ``async with``, a child, a token)
+    waits for that open; one that failed leaves the root unopened, and the first call
+    opens it or meets the failure as it would have (fail closed, ContextExistsError)."""
+    threading.Thread(target=_open_quietly, args=(state,), name="budget-open",
+                     daemon=True).start()
+
+
+def _open_quietly(state: ContextState) -> None:
+    try:
+        if state.coord.backend.allow(state.backend_key):
+            state.ensure_open(unless_closed=True)
+    except UNAVAILABLE as exc:  # (the breaker heard it)
+        log.warning("could not open context %s: %s", state.ctx_id, exc)
+    except Exception:  # noqa: BLE001 - met again by the first call's open
+        log.debug("background open of %s failed", state.ctx_id, exc_info=True)
 
 
 def open_to_name(state: ContextState) -> None:

@@ -98,15 +98,22 @@ class ContextState:
 
     # -- opening -------------------------------------------------------------------------
 
-    def ensure_open(self, *, first: bool = False) -> None:
+    def ensure_open(self, *, first: bool = False, unless_closed: bool = False) -> None:
         """Open the context in Redis if that has not happened yet (fails closed), one
-        thread at a time (a token read and a first call may race to it). Opens share the
-        backend breaker: while it is open this raises ``BackendDown`` at once, so calls
-        queued on a root opened during a stall do not each wait a timeout."""
+        thread at a time (a background open, a token read and a first call may race to
+        it). Opens share the backend breaker: while it is open this raises
+        ``BackendDown`` at once, so calls queued on a root opened during a stall do not
+        each wait a timeout. ``unless_closed``: a handle closed meanwhile stays unopened."""
         if self.pending_open is None:
             return
         with self.opening:
-            self._open(first=first)
+            if not (unless_closed and self.closed):
+                self._open(first=first)
+
+    def is_open(self) -> bool:
+        """Whether the context is open in Redis, once an open in flight is done."""
+        with self.opening:
+            return self.pending_open is None
 
     def _open(self, *, first: bool) -> None:
         pending = self.pending_open
