@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import json
 import math
 import socket
@@ -51,6 +52,8 @@ class Served:
     completion_tokens: int = 0
     chunks_sent: int = 0
     disconnected: bool = False
+    stream_sha256: str = ""
+    """The SHA-256 of a stream's whole body (every event it was to send)."""
     retry_count: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -140,6 +143,7 @@ def build_app(provider: FakeProvider) -> Starlette:
         delay = int(request.headers.get("x-fake-delay-ms", "0")) / 1000
         if served.stream:
             events = _STREAMS[path.rsplit("/", 2)[-1]](body, served, tool)
+            served.stream_sha256 = hashlib.sha256(b"".join(events)).hexdigest()
             return StreamingResponse(_paced(events, served, delay, provider, generation),
                                      media_type="text/event-stream")
         provider.record(served, generation)
