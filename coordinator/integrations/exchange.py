@@ -114,11 +114,16 @@ class Exchange:
 
     def meter_chunk(self, splitter: EventSplitter, chunk: bytes) -> tuple[bytes, bool]:
         """Meter the events ``chunk`` completes: (their bytes, to hand on in one piece,
-        up to the event the stream is cut at; whether it is cut there)."""
+        up to the event the stream is cut at; whether it is cut there). The usage-only
+        chunk the transport asked for is metered and not handed on (the caller's loop
+        expects every chunk to carry a choice)."""
         passed = []
+        hide_usage = self.plan.usage_added
         for event in splitter.feed(chunk):
-            passed.append(event.raw)
-            if self.observe(event.data):
+            cut = self.observe(event.data)
+            if not (hide_usage and _usage_only(event.data)):
+                passed.append(event.raw)
+            if cut:
                 return b"".join(passed), True
         return b"".join(passed), False
 
@@ -162,6 +167,11 @@ class Exchange:
         """Whether a failed request's outcome stops it for good (the retry budget is
         spent, or it was aborted): the SDK must not retry it."""
         return outcome is not None and outcome.decision == Decision.HALT
+
+
+def _usage_only(data: Any) -> bool:
+    """Whether an event is a Chat Completions chunk that carries only the usage."""
+    return type(data) is dict and data.get("choices") == [] and data.get("usage") is not None
 
 
 def cut_connection(extensions: dict[str, Any]) -> None:

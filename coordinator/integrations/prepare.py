@@ -56,13 +56,13 @@ def prepare(request: httpx2.Request, settings: TransportSettings
                         default_output_tokens=settings.default_output_tokens)
     if plan is None:
         return None
-    if not plan.body_changed and not plan.stream:
+    if not plan.usage_added and not plan.stream:
         return plan, request
     headers = [(k, v) for k, v in request.headers.multi_items()
                if k.lower() not in ("content-length", "accept-encoding")]
     if plan.stream:
         headers.append(("accept-encoding", "identity"))  # events metered as they arrive
-    body = json.dumps(plan.body, separators=(",", ":")).encode() if plan.body_changed \
+    body = json.dumps(plan.body, separators=(",", ":")).encode() if plan.usage_added \
         else content
     rebuilt = httpx2.Request(request.method, request.url, headers=headers, content=body,
                              extensions=request.extensions)

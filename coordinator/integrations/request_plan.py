@@ -56,8 +56,11 @@ class RequestPlan:
     """Whether the request named its output limit (the provider enforces it then)."""
     stream: bool
     body: dict[str, Any]
-    """The JSON body (``stream_options.include_usage`` added to a chat stream's)."""
-    body_changed: bool
+    """The JSON body to send."""
+    usage_added: bool
+    """Whether ``stream_options.include_usage`` was added to a Chat Completions stream's
+    body (the one change made to a body): its usage-only chunk is metered, not handed
+    on to a caller who did not ask for it."""
 
     @property
     def estimate_usd(self) -> float:
@@ -155,14 +158,14 @@ def plan_body(body: dict[str, Any], operation: str, provider: str, *,
         limit, named = 0, True
     elif limit is None:
         limit = output_cap(model, default_output_tokens)
-    changed = False
+    added = False
     if stream and chat_stream:
         options = body.get("stream_options")
         if not isinstance(options, dict) or options.get("include_usage") is not True:
             # the final chunk then states the usage: the stream is charged what it used
             body = {**body, "stream_options": {**(options if isinstance(options, dict)
                                                   else {}), "include_usage": True}}
-            changed = True
+            added = True
     return RequestPlan(operation=operation, provider=provider, model=model,
                        input_tokens=estimate_input_tokens(body), max_output_tokens=limit,
-                       limit_named=named, stream=stream, body=body, body_changed=changed)
+                       limit_named=named, stream=stream, body=body, usage_added=added)
