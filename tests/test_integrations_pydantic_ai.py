@@ -19,7 +19,7 @@ from coordinator import Coordinator, ExecutionConfig, ExecutionContext, current_
 from coordinator.cli.tree import tree_text
 from coordinator.core.amounts import usd_to_micro
 from coordinator.integrations import BudgetExceededError, budgeted
-from coordinator.integrations.pydantic_ai import BudgetedToolset, run_agent
+from coordinator.integrations.pydantic_ai import BudgetedToolset, budgeted_toolset, run_agent
 from tests.fake_provider import ProviderServer
 from tests.invariants import check_tree
 
@@ -77,3 +77,46 @@ def test_an_agent_with_a_tool_runs_under_a_ceiling(coord: Coordinator,
     assert kinds == [("llm", "chat"), ("llm", "chat"), ("tool", "tool")]
     assert [n.operation_name for n in first.nodes if n.kind == "tool"] == ["tool get_weather"]
 
+
+
+def test_budgeted_toolset_makes_each_tool_call_a_wrapped_call(coord: Coordinator,
+                                                             server: ProviderServer) -> None:
+    """``budgeted_toolset``: a tool call is a wrapped tool call of the current context,
+    refused (the tool never runs) when the context cannot take it, and run as it is
+    outside any context."""
+    ran: list[str | None] = []
+
+    def lookup(city: str) -> str:
+        """The weather in a city."""
+        ctx = current_context()
+        ran.append(ctx.chain_id if ctx is not None else None)
+        return f"sunny in {city}"
+
+    def config(steps: int) -> ExecutionConfig:
+        return ExecutionConfig(max_cost_usd=1.0, max_steps=steps, max_retries_total=3)
+
+    async def scenario() -> tuple[ExecutionContext, ExecutionContext, BaseException]:
+        client = budgeted(openai.AsyncOpenAI(base_url=server.openai_url, api_key="k",
+                                             max_retries=0))
+        model = OpenAIChatModel("gpt-4", provider=OpenAIProvider(openai_client=client))
+        agent = Agent(model, model_settings={"max_tokens": 50},
+                      toolsets=[budgeted_toolset(FunctionToolset([lookup]))])
+        async with client:
+            async with ExecutionContext(config(10)) as done:
+                assert (await agent.run("Weather in Paris?")).output == "abcd" * 20
+            # one step: the model's request takes it, the tool call is refused
+            with pytest.raises(BudgetExceededError) as err:
+                async with ExecutionContext(config(1)) as refused:
+                    await agent.run("Weather in Lisbon?")
+            assert (await agent.run("Weather in Porto?")).output == "abcd" * 20
+        return done, refused, err.value
+
+    done, refused, error = asyncio.run(scenario())
+    assert ran == [done.chain_id, None]  # never in the refused context
+    assert [(n.kind, n.operation_name, n.status) for n in done.get_snapshot().nodes] == [
+        ("llm", "chat gpt-4", "ok"), ("tool", "tool lookup", "ok"),
+        ("llm", "chat gpt-4", "ok")]
+    assert error.reason == "step_limit_exceeded" and error.chain_id == refused.chain_id
+    assert [(n.kind, n.status) for n in refused.get_snapshot().nodes] == [
+        ("llm", "ok"), ("tool", "halted")]
+    assert len(server.provider.stats()) == 2 + 1 + 2
