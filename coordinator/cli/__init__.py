@@ -11,7 +11,7 @@ group, each a ``typer.Typer()`` registered below.
     budgetctl sessions list [--tenant T] [--json] | cleanup [--provider local|e2b]
     budgetctl dashboard [--host 127.0.0.1] [--port 8700]
     budgetctl alerts
-    budgetctl quota set ID --match L=V [--usd X] [--period P] | list | show ID | delete ID
+    budgetctl quota set ID [--match L=V] [--usd X] [--unset usd] ... | list | show ID | delete ID
 
 ``--redis URL`` goes before or after the command (else ``BUDGET_REDIS_URL``,
 ``REDIS_URL``, ``redis://localhost:6379/0``). Exit codes: 0 done, 1 no such context (or

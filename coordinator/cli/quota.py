@@ -28,7 +28,7 @@ class Limit(str, Enum):
 
 
 ActorOption = Annotated[str | None, typer.Option(
-    "--actor", help="Who makes the change, for the audit (default: USER@HOST).")]
+    "--actor", metavar="WHO", help="Who makes the change, for the audit (default: USER@HOST).")]
 
 
 @app.command("set", cls=PlainCommand)
@@ -49,7 +49,7 @@ def set_rule(
         help="day (a new rule's), week, month (calendar, in --tz), total, or a duration: "
         "30s, 5m, 2h, 1d.")] = None,
     tz: Annotated[str | None, typer.Option(
-        help="Time zone of calendar periods (a new rule's: UTC).")] = None,
+        metavar="ZONE", help="Time zone of calendar periods (a new rule's: UTC).")] = None,
     retention: Annotated[int | None, typer.Option(
         metavar="SECONDS", help="How long a window is kept after it ends (a new rule's: "
         "90 days).")] = None,
