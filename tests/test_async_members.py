@@ -107,3 +107,26 @@ def test_aattach_raises_the_typed_errors_of_attach(coord: Coordinator) -> None:
             await ExecutionContext.aattach(token)
 
     asyncio.run(main())
+
+
+def test_aspawn_child_opens_a_child_whose_spend_counts_above(coord: Coordinator) -> None:
+    root = ExecutionContext(_config())
+
+    async def main() -> tuple[ExecutionContext, Decision]:
+        child = await root.aspawn_child(max_cost_usd=0.5, max_steps=5)
+
+        async def spend() -> None:
+            report_usage(cost_usd=0.03)
+
+        decision = await child.awrap_llm_call(spend)
+        await child.aclose()
+        return child, decision
+
+    child, decision = asyncio.run(main())
+    assert decision == Decision.ALLOW
+    assert child.parent is root and child.path[-2:] == (root.chain_id, child.chain_id)
+    snap = child.get_snapshot()
+    assert (snap.max_cost_usd, snap.max_steps, snap.status) == (0.5, 5, "closed")
+    assert root.get_snapshot().cost_usd_accumulated == pytest.approx(0.03)
+    root.close()
+    assert check_tree(coord.client, root.chain_id) == 30_000
