@@ -6,13 +6,15 @@ read nor write another tenant's keys nor hear or publish on its channels."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,9 +35,10 @@ from coordinator import (
 )
 from coordinator.data.chain import read_chain
 from coordinator.embedded import RedisServer
+from coordinator.metrics import subscribe_ledger
 from coordinator.quotas import QuotaRule, Quotas
 from coordinator.sessions import ExecutionSessionIdentity, LocalKernelProvider, SessionManager
-from tests.dashboard_server import OPERATOR_TOKEN, dashboard
+from tests.dashboard_server import OPERATOR_TOKEN, Http, dashboard
 from tests.procs import TEST_KEYS
 
 ACL_FILE = Path(__file__).resolve().parent.parent / "deploy" / "users.acl"
@@ -98,6 +101,28 @@ def refused_to(admin: redis.Redis, user: str) -> set[tuple[str, str]]:
             if e["username"] == user}
 
 
+def budgetctl(server: RedisServer, *args: str) -> object:
+    """``budgetctl <args> --json`` run as tenant A's user: its JSON."""
+    env = dict(os.environ, BUDGET_TENANT=A, BUDGET_REDIS_URL=url_of(server, A))
+    done = subprocess.run([sys.executable, "-m", "coordinator.cli", *args, "--json"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def live_events(http: Http, root: str) -> Generator[dict[str, object], None, None]:
+    """The dashboard's live feed of ``root`` (server-sent events) as JSON messages, for
+    30 s at most."""
+    req = urllib.request.Request(http.base + f"/api/live?roots={root}",
+                                 headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+    deadline = time.monotonic() + 30
+    with urllib.request.urlopen(req, timeout=30) as stream:
+        for line in stream:
+            assert time.monotonic() < deadline, "not heard before the deadline"
+            if line.startswith(b"data: "):
+                yield json.loads(line[6:])
+
+
 def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
         server: RedisServer, tmp_path: Path) -> None:
     admin = redis.Redis.from_url(url_of(server, "admin"), decode_responses=True)
@@ -112,6 +137,8 @@ def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
                       actor="ops")
     root = ExecutionContext(CONFIG, shields, meta, coordinator=c, circuit_breaker=breaker)
     assert spend(root, 0.1) == Decision.ALLOW
+    assert asyncio.run(root.awrap_llm_call(lambda: asyncio.sleep(0), WrapOptions(
+        cost_estimate_hint=0.01))) == Decision.ALLOW
     root.data.set("plan", {"steps": 2})
     child = root.spawn_child(max_cost_usd=0.5, step_name="search")
     assert child.data.get("plan") == {"steps": 2}
@@ -130,21 +157,30 @@ def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
     assert resumed.data.get("found") is True
     resumed.close()
     assert read_chain(c, "acl-root")
+    heard: list[object] = []
+    ledger = subscribe_ledger(c, heard.append)
+
+    def heard_once_more() -> bool:  # each reservation and rollback publishes
+        root.ledger.rollback(root.ledger.reserve(input_tokens=5))
+        return bool(heard)
+
+    wait_for(heard_once_more)
+    ledger.close()
     c.store.flush()
-    snap = root.get_snapshot()
-    assert snap.cost_usd_accumulated == pytest.approx(0.23)
+    assert root.get_snapshot().cost_usd_accumulated == pytest.approx(0.24)
     assert quotas.audit("research-day")
 
-    env = dict(os.environ, BUDGET_TENANT=A, BUDGET_REDIS_URL=url_of(server, A))
-    top = subprocess.run([sys.executable, "-m", "coordinator.cli", "top", "--json"],
-                         env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert top.returncode == 0, top.stderr
-    assert [t["id"] for t in json.loads(top.stdout)["trees"]] == ["acl-root"]
+    top = budgetctl(server, "top")
+    assert [t["id"] for t in top["trees"]] == ["acl-root"]  # type: ignore[index]
+    assert budgetctl(server, "tree", "acl-root")["tree"]["id"] == "acl-root"  # type: ignore[index]
+    assert "research-day" in json.dumps(budgetctl(server, "quota", "list"))
+    budgetctl(server, "gc", "--dry-run")
 
     sessions = SessionManager(c, LocalKernelProvider(tmp_path / "kernels"))
     ran = sessions.execute_code(ExecutionSessionIdentity(
         tenant_id=A, conversation_id="c1", path_id="main"), "print(6 * 7)")
     assert ran.success and ran.output.strip() == "42"
+    assert "c1" in json.dumps(budgetctl(server, "sessions", "list"))
 
     with dashboard(url_of(server, A), env={"BUDGET_TENANT": A}) as http:
         wait_for(lambda: "acl-root" in [t["id"] for t in http.json("/api/trees")["trees"]])
@@ -153,15 +189,21 @@ def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
         assert "research-day" in json.dumps(http.json("/api/quotas")["rules"])
         assert http.json("/api/spend")["tenant"] == A
         http.json("/api/shield")
+        assert http.request("GET", "/metrics", token=OPERATOR_TOKEN)[0] == 200
+        events = live_events(http, "acl-root")
+        assert next(e for e in events if e.get("redis") is True)  # subscribed
         status, _, body = http.request("POST", "/api/trees/acl-root/abort",
                                        token=OPERATOR_TOKEN, body={"reason": "acl test"})
         assert status == 200, body
-        wait_for(lambda: child.stop_reason == "aborted")  # heard through pub/sub
+        assert next(e for e in events if e["type"] == "stop")  # heard by the dashboard
+        events.close()
+        wait_for(lambda: child.stop_reason == "aborted")  # and by the process
     sessions.close()
     child.close()
     root.close()
     assert c.views.active_roots() == []
-    assert sum(s.spent["usd"] for s in quotas.status(rule)) == 230_000
+    assert budgetctl(server, "spend")["by"]["team"] == {"research": 0.24}  # type: ignore[index]
+    assert sum(s.spent["usd"] for s in quotas.status(rule)) == 240_000
     for co in (c, other):
         co.close()
     refused = refused_to(admin, USERS[A][0])
