@@ -98,6 +98,8 @@ def test_quota_set_changes_a_limit_without_repeating_the_match(
     assert code == 2 and "--match" in err and "None" not in err, err  # a new rule needs one
     assert _cli(capsys, redis_url, "set", "team-day", "--match", "team=research", "--usd",
                 "1", "--tokens", "5000", "--period", "week")[0] == 0
+    code, _, err = _cli(capsys, redis_url, "set", "team-day")
+    assert code == 2 and "nothing to set" in err, err
     code, out, err = _cli(capsys, redis_url, "set", "team-day", "--usd", "2.5")
     assert (code, out.strip()) == (0, "quota team-day set (version 2)"), err
     rule = json.loads(_cli(capsys, redis_url, "show", "team-day", "--json")[1])["rule"]

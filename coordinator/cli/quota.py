@@ -19,6 +19,7 @@ from .help_format import PlainCommand, PlainGroup
 app = typer.Typer(cls=PlainGroup, no_args_is_help=True,
                   help="Standing budgets: quota rules and buckets.")
 
+
 class Limit(str, Enum):
     """A limit ``--unset`` removes (a rule's field)."""
 
@@ -64,6 +65,9 @@ def set_rule(
         changes.update({limit.value: None for limit in unset or ()})
     except QuotaRuleError as exc:
         fail(str(exc), 2)
+    if not changes:
+        fail("quota set: nothing to set (give --match, --usd, --tokens, --calls, --unset, "
+             "--period, --tz or --retention)", 2)
     with connect(ctx) as coord:
         try:
             stored = Quotas(coord).change(rule_id, changes, actor=actor)
