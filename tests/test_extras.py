@@ -122,9 +122,15 @@ def requirements_of(dist: str, extras: frozenset[str]) -> frozenset[Requirement]
 def installed_with(extras: list[str]) -> set[str]:
     """Every distribution ``pip install "budget-coordinator[extras]"`` installs."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    queue = [Requirement(r) for r in project["dependencies"]]
+    wanted = [Requirement(r) for r in project["dependencies"]]
     for extra in extras:
-        queue += [Requirement(r) for r in project["optional-dependencies"][extra]]
+        wanted += [Requirement(r) for r in project["optional-dependencies"][extra]]
+    return closure(wanted)
+
+
+def closure(wanted: list[Requirement]) -> set[str]:
+    """The distributions these requirements install (theirs followed)."""
+    queue = list(wanted)
     seen: set[tuple[str, frozenset[str]]] = set()
     while queue:
         req = queue.pop()
