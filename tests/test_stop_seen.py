@@ -83,3 +83,19 @@ def test_an_abort_while_redis_is_away_lands_when_it_answers(
             c.close()
     finally:
         c.client.close()
+
+
+def test_the_snapshot_shown_while_redis_is_away_carries_a_stop_seen_since() -> None:
+    server = RedisServer().start()
+    c = Coordinator.from_url(server.url, token_keys=TEST_KEYS, probe_interval_ms=50)
+    try:
+        ctx = ExecutionContext(_config(), coordinator=c)
+        assert not ctx.get_snapshot().aborted  # the last snapshot read
+        server.stop()
+        ctx.abort("while away")  # queued: it lands once Redis answers
+        snap = ctx.get_snapshot()  # Redis is away: the last one read, and what came since
+        assert (snap.aborted, snap.abort_reason, snap.status) == (True, "aborted", "stopped")
+        c.close()
+    finally:
+        server.stop()
+        c.client.close()

@@ -21,7 +21,7 @@ PHASES = {"timeout": "deadline", "token_budget_exceeded": "token_budget"}
 
 def snapshot(state: ContextState) -> ContextSnapshot:
     """The context's current state, read from Redis (after this process's queued writes).
-    When Redis is unreachable, the last snapshot read (with the events recorded since)."""
+    When Redis is unreachable, the last one read (see :func:`offline_snapshot`)."""
     def read() -> State:
         state.ensure_open()
         return state.store.read_state(state.path)
@@ -36,10 +36,14 @@ def snapshot(state: ContextState) -> ContextSnapshot:
 
 
 def offline_snapshot(state: ContextState) -> ContextSnapshot:
+    """The last snapshot read, with the events recorded and a stop seen here since."""
     last = state.last_snapshot
     events = [*(last.events if last else []), *state.offline_events]
     if last is not None:
-        return last.model_copy(update={"events": events})
+        update: dict[str, object] = {"events": events}
+        if state.stopped is not None and last.status == "running":
+            update.update(aborted=True, abort_reason=state.stopped, status="stopped")
+        return last.model_copy(update=update)
     return ContextSnapshot(
         chain_id=state.ctx_id, request_id=state.metadata.request_id, step_count=0,
         cost_usd_accumulated=0.0, retries_used=0, aborted=state.stopped is not None,
