@@ -304,8 +304,8 @@ class ExecutionContext(ContextIdentityMembers, ContextAsyncMembers, ContextDataM
     def get_snapshot(self) -> ContextSnapshot:
         """The context's current state, read from Redis (after this process's queued
         writes). When Redis is unreachable, the last snapshot read (with the events
-        recorded and a stop seen here since) is returned. In lease mode, the calls served from this handle's
-        slice are written first."""
+        recorded and a stop seen here since) is returned. In lease mode, the calls
+        served from this handle's slice are written first."""
         flush_lease(self._state)
         return snapshot(self._state)
 
