@@ -97,8 +97,9 @@ def wait_for(what: Callable[[], object], seconds: float = 20) -> None:
 
 def refused_to(admin: redis.Redis, user: str) -> set[tuple[str, str]]:
     """What the server refused ``user`` since the log was reset: (reason, object)."""
-    return {(str(e["reason"]), str(e["object"])) for e in admin.acl_log()
-            if e["username"] == user}
+    log = admin.acl_log(count=1000)
+    assert len(log) < 128, "the ACL log is full (acllog-max-len): entries were dropped"
+    return {(str(e["reason"]), str(e["object"])) for e in log if e["username"] == user}
 
 
 def budgetctl(server: RedisServer, *args: str) -> object:
@@ -206,9 +207,7 @@ def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
     assert sum(s.spent["usd"] for s in quotas.status(rule)) == 240_000
     for co in (c, other):
         co.close()
-    refused = refused_to(admin, USERS[A][0])
-    assert {obj for _, obj in refused} <= TOLERATED, refused
-    assert {reason for reason, _ in refused} <= {"command"}, refused
+    assert refused_to(admin, USERS[A][0]) == {("command", cmd) for cmd in TOLERATED}
     admin.close()
 
 
@@ -228,6 +227,8 @@ def _hear(client: redis.Redis, channel: str, *, pattern: bool = False) -> None:
 
 
 def test_a_tenant_can_neither_read_nor_write_nor_hear_another(server: RedisServer) -> None:
+    admin = redis.Redis.from_url(url_of(server, "admin"), decode_responses=True)
+    admin.acl_log_reset()
     b = coord_of(server, B)
     theirs = ExecutionContext(CONFIG, metadata=ChainMetadata(request_id="r", chain_id="b-run"),
                               coordinator=b)
@@ -236,10 +237,9 @@ def test_a_tenant_can_neither_read_nor_write_nor_hear_another(server: RedisServe
     b.store.flush()
     ctx_key, abort = b.keyspace.ctx("b-run", "b-run"), b.keyspace.abort_channel
     a = redis.Redis.from_url(url_of(server, A))
-    admin = redis.Redis.from_url(url_of(server, "admin"))
-    b_keys = [k.decode() for k in admin.scan_iter(match=f"bc:t:{B}:*")]
+    b_keys = list(admin.scan_iter(match=f"bc:t:{B}:*"))
     assert ctx_key in b_keys and len(b_keys) > 5
-    for key in b_keys:  # every key of B's: its tree, data, indexes, views, token key
+    for key in b_keys:  # every key of B's: its tree, its data, the indexes and views
         _refused(a.dump, key)
         _refused(a.delete, key)
         _refused(a.eval, "return redis.call('TYPE', KEYS[1])", 1, key)
@@ -253,10 +253,13 @@ def test_a_tenant_can_neither_read_nor_write_nor_hear_another(server: RedisServe
     for command in (("FLUSHALL",), ("KEYS", "*"), ("SCRIPT", "FLUSH"), ("FUNCTION", "FLUSH"),
                     ("PUBSUB", "CHANNELS"), ("CONFIG", "SET", "maxmemory", "1")):
         _refused(a.execute_command, *command)
+    # what docs/tenants.md says the users do not hide: key names (SCAN), not values
+    assert ctx_key.encode() in set(a.scan_iter(match=f"bc:t:{B}:*"))
     assert theirs.data.get("secret") == "globex only"
     assert theirs.get_snapshot().cost_usd_accumulated == pytest.approx(0.3)
     assert theirs.get_snapshot().status == "running"
     theirs.close()
+    b.close()
+    assert {obj for _, obj in refused_to(admin, USERS[B][0])} == TOLERATED  # B ran too
     for client in (a, admin):
         client.close()
-    b.close()
