@@ -34,7 +34,7 @@ DEFAULT_WATCH_S = 2.0
 JsonOption = Annotated[bool, typer.Option(
     "--json", help="Print JSON (shapes: docs/cli.md); with --watch, one line per refresh.")]
 WatchOption = Annotated[float | None, typer.Option(
-    "--watch", metavar="[SECONDS]", min=0.1,
+    "--watch", metavar="[SECONDS]", min=0.1, max=86400.0,
     help=f"Redraw every SECONDS (bare --watch: every {DEFAULT_WATCH_S:g}); Ctrl-C ends.")]
 
 

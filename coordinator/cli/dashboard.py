@@ -26,7 +26,8 @@ def dashboard(
     host: Annotated[str, typer.Option(
         "--host", help="Address to bind; beyond loopback only with credentials "
         "(BUDGET_DASHBOARD_USERS or BUDGET_DASHBOARD_TOKENS).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8700,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535,
+                                      help="Port to serve on.")] = 8700,
 ) -> None:
     """Serve the web dashboard (docs/dashboard.md) until interrupted."""
     try:

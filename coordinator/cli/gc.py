@@ -49,7 +49,7 @@ def gc_text(report: GcReport, idle_s: float) -> str:
 def gc_command(
     ctx: typer.Context,
     idle: Annotated[float, typer.Option(
-        "--idle", metavar="SECONDS", min=0.0,
+        "--idle", metavar="SECONDS", min=0.0, max=315_360_000.0,  # (ten years)
         help="Take the open trees with no activity (call, stop, lease) for this long.")
     ] = DEFAULT_IDLE_S,
     dry_run: Annotated[bool, typer.Option(

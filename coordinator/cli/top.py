@@ -77,7 +77,8 @@ def top(
     sort: Annotated[Sort, typer.Option(
         help="spend: largest spend first; fraction: closest to the ceiling first; "
              "age: newest first.")] = Sort.spend,
-    limit: Annotated[int, typer.Option(min=1, metavar="N", help="How many trees to show.")] = 20,
+    limit: Annotated[int, typer.Option(min=1, max=1_000_000, metavar="N",
+                                       help="How many trees to show.")] = 20,
     json_out: JsonOption = False,
     watch: WatchOption = None,
 ) -> None:

@@ -12,8 +12,11 @@ from ..errors import QuotaRuleError
 
 CALENDAR = ("day", "week", "month")
 TOTAL = "total"
-_DURATION = re.compile(r"^([1-9][0-9]{0,8})(s|m|h|d)$")
+_DURATION = re.compile(r"([1-9][0-9]{0,8})(s|m|h|d)")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_SPAN_S = 36500 * 86400
+"""The longest fixed period and the longest retention (100 years): a window's end and
+its keys' expiry stay integers the scripts hold exactly (below 2**53 ms)."""
 
 
 @dataclass(frozen=True)
@@ -28,15 +31,16 @@ class Window:
 
 def duration_ms(period: str) -> int | None:
     """A fixed window's length in ms (``30s``, ``5m``, ``2h``, ``1d``), else None."""
-    m = _DURATION.match(period)
+    m = _DURATION.fullmatch(period)
     return int(m.group(1)) * _UNIT_MS[m.group(2)] if m else None
 
 
 def check_period(period: object) -> None:
     if not isinstance(period, str) or not (
-            period in CALENDAR or period == TOTAL or duration_ms(period)):
+            period in CALENDAR or period == TOTAL
+            or 0 < (duration_ms(period) or 0) <= MAX_SPAN_S * 1000):
         raise QuotaRuleError("period", period, "must be day, week, month, total or a "
-                             "duration such as 30s, 5m, 2h, 1d")
+                             "duration such as 30s, 5m, 2h, 1d (at most 36500d)")
 
 
 def check_tz(tz: object) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import QuotaRuleError
 from ..models import ChainMetadata
-from .periods import check_period, check_tz
+from .periods import MAX_SPAN_S, check_period, check_tz
 
 RULE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 LABEL = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -31,7 +31,7 @@ def _check_usd(value: object) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QuotaRuleError("usd", value, "must be a number of dollars")
-    if math.isnan(value) or math.isinf(value):
+    if isinstance(value, float) and not math.isfinite(value):  # (an int of any size is)
         raise QuotaRuleError("usd", value, "must be finite (not NaN or infinite)")
     if value < 0:
         raise QuotaRuleError("usd", value, "must not be negative")
@@ -41,7 +41,7 @@ def _check_usd(value: object) -> int | None:
     return round(value * 1_000_000)
 
 
-def _check_count(name: str, value: object) -> int | None:
+def _check_count(name: str, value: object, most: int = MAX_EXACT - 1) -> int | None:
     if value is None:
         return None
     if isinstance(value, float) and value.is_integer() and not math.isinf(value):
@@ -50,8 +50,9 @@ def _check_count(name: str, value: object) -> int | None:
         raise QuotaRuleError(name, value, "must be a whole number")
     if value < 0:
         raise QuotaRuleError(name, value, "must not be negative")
-    if value >= MAX_EXACT:
-        raise QuotaRuleError(name, value, f"must be below 2**53 ({MAX_EXACT})")
+    if value > most:
+        raise QuotaRuleError(name, value, f"must be below 2**53 ({MAX_EXACT})"
+                             if most == MAX_EXACT - 1 else f"must be at most {most}")
     return value
 
 
@@ -109,7 +110,7 @@ class QuotaRule:
         object.__setattr__(self, "limits", set_limits)
         check_period(self.period)
         check_tz(self.tz)
-        retention = _check_count("retention_s", self.retention_s)
+        retention = _check_count("retention_s", self.retention_s, MAX_SPAN_S)
         if not retention:
             raise QuotaRuleError("retention_s", self.retention_s, "must be at least 1")
         g = self.grant_fraction

@@ -1,0 +1,168 @@
+"""Every number a user can give (a quota rule, a context's limits, a call's options, a
+usage report, ``budgetctl quota set``'s options, the dashboard's quota body) gets the
+typed error of its kind for any int, float or string, and the largest values accepted
+work end to end: nothing overflows, nothing is stored that the scripts cannot read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator import (
+    Coordinator,
+    Decision,
+    ExecutionConfig,
+    ExecutionContext,
+    LeasePolicy,
+    TokenBudget,
+    WrapOptions,
+    report_usage,
+)
+from coordinator.cli import main
+from coordinator.errors import (
+    InvalidConfigError,
+    InvalidCostError,
+    InvalidUsageError,
+    QuotaRuleError,
+    ReportOutsideCallError,
+)
+from coordinator.quotas import QuotaRule, Quotas
+from tests.quota_procs import labelled
+
+NUMBERS = st.one_of(
+    st.integers(),
+    st.integers(min_value=2 ** 53 - 2, max_value=10 ** 500),
+    st.integers(min_value=-(10 ** 500), max_value=-(2 ** 53)),
+    st.floats(),  # NaN and infinities included
+    st.booleans(),
+    st.text(max_size=12),
+    st.from_regex(r"\A-?[0-9]{1,400}(\.[0-9]{0,3})?(e[+-]?[0-9]{1,4})?\Z"),
+)
+PERIODS = st.one_of(st.from_regex(r"\A[0-9]{1,12}[smhd]\Z"), st.text(max_size=12))
+RULE = {"id": "r", "match": {"team": "research"}, "usd": 1.0}
+RULE_FIELDS = ("usd", "tokens", "calls", "retention_s", "grant_fraction")
+LIMITS = {"max_cost_usd": 1.0, "max_steps": 5, "max_retries_total": 1}
+FUZZ = settings(max_examples=300, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(field=st.sampled_from(RULE_FIELDS), value=NUMBERS)
+def test_a_rule_number_is_accepted_or_refused_typed(field: str, value: Any) -> None:
+    try:
+        QuotaRule(**{**RULE, field: value})
+    except QuotaRuleError as exc:
+        assert exc.field == field
+
+
+@FUZZ
+@given(period=PERIODS)
+def test_a_rule_period_is_accepted_or_refused_typed(period: str) -> None:
+    try:
+        QuotaRule(**{**RULE, "period": period})
+    except QuotaRuleError as exc:
+        assert exc.field == "period"
+
+
+_MODELS: list[tuple[Any, dict[str, Any], str]] = [
+    *((ExecutionConfig, LIMITS, f) for f in ("max_cost_usd", "max_steps",
+                                             "max_retries_total", "timeout_ms")),
+    *((TokenBudget, {}, f) for f in ("total", "input", "output")),
+    *((WrapOptions, {}, f) for f in ("cost_estimate_hint", "input_tokens_estimate",
+                                     "max_output_tokens", "timeout_ms")),
+    *((LeasePolicy, {}, f) for f in LeasePolicy.model_fields
+      if f in ("usd", "steps", "tokens", "max_age_ms")),
+]
+
+
+@FUZZ
+@given(model=st.sampled_from(_MODELS), value=NUMBERS)
+def test_a_limit_or_option_is_accepted_or_refused_typed(model: tuple[Any, dict[str, Any],
+                                                                      str],
+                                                        value: Any) -> None:
+    cls, base, field = model
+    try:
+        cls(**{**base, field: value})
+    except InvalidConfigError:
+        pass
+
+
+@FUZZ
+@given(field=st.sampled_from(["cost_usd", "input_tokens", "output_tokens"]),
+       value=NUMBERS)
+def test_a_usage_report_is_accepted_or_refused_typed(field: str, value: Any) -> None:
+    try:
+        report_usage(**{field: value})
+    except ReportOutsideCallError:
+        pass  # the value was accepted: only the call is missing
+    except (InvalidCostError, InvalidUsageError):
+        pass
+
+
+@pytest.mark.parametrize("change", [
+    {"period": "36500d", "retention_s": 36500 * 86400},  # the longest window, retention
+    {"period": "876000h"},
+    {"usd": 9_007_199_254.740991},  # the largest limit exact in micro-dollars
+    {"calls": 2 ** 53 - 1, "usd": None},
+])
+def test_the_largest_rule_accepted_serves_calls(coord: Coordinator,
+                                                change: dict[str, Any]) -> None:
+    Quotas(coord).set(QuotaRule(**{**RULE, "match": {"user": "*"}, **change}), actor="t")
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=1)
+    with ExecutionContext(config, metadata=labelled("ann"), coordinator=coord) as ctx:
+        assert ctx.wrap_llm_call(lambda: report_usage(cost_usd=0.01),
+                                 WrapOptions(cost_estimate_hint=0.01)) == Decision.ALLOW
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--usd", "1" + "0" * 400), ("--usd", "1e400"), ("--usd", "nan"),
+    ("--tokens", "9" * 400), ("--calls", "-" + "9" * 400),
+    ("--retention", "9" * 400), ("--retention", str(2 ** 53 - 1)),
+    ("--period", "999999999d"), ("--period", "36501d"),
+])
+def test_quota_set_refuses_huge_numbers_with_exit_2(redis_url: str, option: str, value: str,
+                                                    capsys: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    code = main(["--redis", redis_url, "quota", "set", "r", "--match", "user=*",
+                 "--usd", "1", option, value])
+    _, err = capsys.readouterr()
+    assert code == 2, err
+    assert option.lstrip("-").replace("retention", "retention_s") in err
+
+
+@pytest.mark.parametrize("args", [
+    ["top", "--limit", "9" * 30], ["top", "--limit", "9" * 400],
+    ["top", "--json", "--watch", "inf"], ["top", "--json", "--watch", "1e400"],
+    ["gc", "--dry-run", "--idle", "inf"], ["gc", "--dry-run", "--idle", "9" * 400],
+    ["dashboard", "--port", "9" * 400], ["dashboard", "--port", "70000"],
+])
+def test_budgetctl_options_refuse_huge_numbers_with_exit_2(
+        redis_url: str, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--redis", redis_url, *args])
+    _, err = capsys.readouterr()
+    assert code == 2, err
+    assert f"Invalid value for '{args[-2]}'" in err
+
+
+def test_the_dashboard_refuses_huge_numbers_in_a_quota_body(coord: Coordinator,
+                                                            redis_url: str) -> None:
+    pytest.importorskip("starlette")
+    from tests.dashboard_server import OPERATOR_TOKEN, dashboard
+
+    Quotas(coord).set(QuotaRule(**RULE), actor="t")
+    with dashboard(redis_url) as http:
+        for field in ("usd", "tokens", "calls", "retention_s", "grant_fraction"):
+            for value in (10 ** 400, -(10 ** 400), float("inf")):  # 1e400 reads as inf
+                status, _, body = http.request("PUT", "/api/quotas/r", token=OPERATOR_TOKEN,
+                                               body={field: value})
+                assert status == 400, (field, value, body)
+                assert field in json.loads(body)["error"]
+        for period in ("999999999d", "104250d"):
+            status, _, body = http.request("PUT", "/api/quotas/r", token=OPERATOR_TOKEN,
+                                           body={"period": period})
+            assert status == 400 and "period" in body
+    assert Quotas(coord).get("r").version == 1
