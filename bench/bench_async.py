@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from latency_proxy import LatencyProxy
+from short_run import parse  # bench/short_run.py
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, WrapOptions
 from coordinator.embedded import RedisServer, free_port
@@ -167,7 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--stall-s", type=float, default=12.0)
-    args = parser.parse_args()
+    args = parse(parser, rounds=1, stall_s=1.0)
     print(f"machine: {platform.platform()}, {platform.python_version()}, "
           f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
     with RedisServer() as server, LatencyProxy(free_port(), server.port, 1.0) as proxy:

@@ -18,6 +18,7 @@ p50 and max over the trials.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import statistics
@@ -33,6 +34,7 @@ from celery.contrib.abortable import AbortableAsyncResult, AbortableTask
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.short_run import parse  # noqa: E402
 from coordinator.celery import (  # noqa: E402
     TaskInterrupted,
     contained,
@@ -214,4 +216,6 @@ def main(trials: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trials", type=int, nargs="?", default=20)
+    main(parse(ap, trials=1).trials)

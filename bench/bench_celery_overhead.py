@@ -1,7 +1,7 @@
 """Round trip of a ``@contained`` no-op Celery task against a plain no-op task, measured
 side by side in one run (interleaved), on a Redis broker and result backend.
 
-    .venv/bin/python bench/bench_celery_overhead.py [rounds]
+    .venv/bin/python bench/bench_celery_overhead.py [rounds] [--warm-up 20]
 
 Starts its own redis-server and one Celery worker (prefork, one process). Prints the p50
 and p90 round trip of each kind and the p50 ratio (target: at most 1.10). The kinds run
@@ -13,6 +13,7 @@ for a stop above) before the body runs. Each ratio comes with its 95 % bootstrap
 
 from __future__ import annotations
 
+import argparse
 import contextvars
 import os
 import random
@@ -27,6 +28,7 @@ from celery import Celery
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.short_run import parse  # noqa: E402
 from bench.timing import median_ratio_interval  # noqa: E402
 from coordinator.celery import contained, install  # noqa: E402
 
@@ -76,7 +78,7 @@ def _p(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
 
-def main(rounds: int) -> None:
+def main(rounds: int, warm_up: int) -> None:
     from coordinator import Coordinator, ExecutionConfig, ExecutionContext
     from coordinator.embedded import RedisServer
     from tests.celery_app_harness import TOKEN_KEYS, Workers
@@ -100,7 +102,7 @@ def main(rounds: int) -> None:
             parent = ExecutionContext(cfg, coordinator=coord)
             order = list(kinds)
             shuffle = random.Random(0).shuffle
-            for i in range(rounds + 20):  # the first 20 rounds warm up
+            for i in range(rounds + warm_up):  # the first rounds warm up
                 # In a random order, with a pause: what a task leaves to do after its
                 # result (a contained task closes its context) must not be charged to
                 # whichever kind happens to follow it.
@@ -116,7 +118,7 @@ def main(rounds: int) -> None:
                         contained_noop.apply_async().get(10)
                     else:  # sent inside the context: the token travels in the header
                         contextvars.copy_context().run(_send_in, parent).get(10)
-                    if i >= 20:
+                    if i >= warm_up:
                         kinds[kind].append((time.perf_counter() - t0) * 1000)
             parent.close()
         coord.close()
@@ -133,4 +135,8 @@ def main(rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rounds", type=int, nargs="?", default=300)
+    ap.add_argument("--warm-up", type=int, default=20, help="rounds not counted")
+    args = parse(ap, rounds=3, warm_up=1)
+    main(args.rounds, args.warm_up)

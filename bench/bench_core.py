@@ -28,6 +28,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from short_run import parse  # bench/short_run.py
 from timing import (  # bench/timing.py
     back_to_back_us,
     median_ratio_interval,
@@ -100,7 +101,7 @@ def measure(calls: int) -> CoreFigures:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=5000)
-    args = ap.parse_args()
+    args = parse(ap, calls=30)
     fig = measure(args.calls)
     med, b2b, server = fig.median, fig.back_to_back, fig.server
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "

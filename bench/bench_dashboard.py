@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 import uvicorn
+from short_run import parse  # bench/short_run.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -109,7 +110,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trees", default="1000,10000")
     parser.add_argument("--requests", type=int, default=200)
-    args = parser.parse_args()
+    args = parse(parser, trees="20", requests=3)
     sizes = [int(x) for x in args.trees.split(",")]
     with RedisServer() as server:
         coord = Coordinator.from_url(server.url, token_keys=KEYS)

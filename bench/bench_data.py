@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.connection
+from short_run import parse  # bench/short_run.py
 from timing import median_ratio_interval, sample_us  # bench/timing.py
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
@@ -71,7 +72,7 @@ def chain(root: ExecutionContext, depth: int) -> ExecutionContext:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=2000)
-    args = ap.parse_args()
+    args = parse(ap, calls=20)
     conn_cls = redis.connection.AbstractConnection
     conn_cls.send_packed_command = _counting(conn_cls.send_packed_command)  # type: ignore[method-assign]
 

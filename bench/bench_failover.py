@@ -19,12 +19,14 @@ AOF, ``appendfsync everysec`` and ``appendfsync always``, side by side.
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import sys
 import time
 
 import redis
+from short_run import parse  # bench/short_run.py
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,10 +37,9 @@ from tests.procs import TEST_KEYS  # noqa: E402
 from tests.topologies import SentinelSet, failover_agent  # noqa: E402
 
 SPAWN = mp.get_context("spawn")
-AGENTS = 4
 
 
-def run(durability: str, seconds: float, lag_ms: int) -> dict[str, float]:
+def run(durability: str, seconds: float, lag_ms: int, count: int) -> dict[str, float]:
     with SentinelSet(replicas=2, lag_ms=lag_ms, failover_timeout_ms=60_000) as ss:
         coord = Coordinator.from_url(ss.url, token_keys=TEST_KEYS)
         root = ExecutionContext(ExecutionConfig(max_cost_usd=100_000.0, max_steps=10**7,
@@ -47,7 +48,7 @@ def run(durability: str, seconds: float, lag_ms: int) -> dict[str, float]:
         ready, out = SPAWN.Queue(), SPAWN.Queue()
         agents = [SPAWN.Process(target=failover_agent, args=(
             ss.url, root.token, i, seconds, durability, ready, out, 0.0))
-            for i in range(AGENTS)]
+            for i in range(count)]
         for a in agents:
             a.start()
         for _ in agents:
@@ -99,14 +100,19 @@ def fsync_rates(calls: int = 3000) -> dict[str, float]:
 
 
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 12.0
-    lag_ms = int(sys.argv[2]) if len(sys.argv) > 2 else 200
-    print(f"{AGENTS} processes, {seconds:.0f} s, replication lag {lag_ms} ms, primary "
+    ap = argparse.ArgumentParser()
+    ap.add_argument("seconds", type=float, nargs="?", default=12.0)
+    ap.add_argument("lag_ms", type=int, nargs="?", default=200)
+    ap.add_argument("--agents", type=int, default=4, help="processes making calls")
+    ap.add_argument("--calls", type=int, default=3000, help="calls per persistence setting")
+    args = parse(ap, seconds=3.0, lag_ms=50, agents=1, calls=50)
+    seconds, lag_ms = args.seconds, args.lag_ms
+    print(f"{args.agents} processes, {seconds:.0f} s, replication lag {lag_ms} ms, primary "
           f"SIGKILLed at {seconds / 3:.0f} s")
     print(f"{'durability':<12}{'calls':>8}{'callers $':>12}{'Redis $':>12}{'lost $':>10}"
           f"{'lost %':>8}{'orphans $':>11}{'unpathed $':>11}{'window s':>10}")
     for durability in ("local", "replicated"):
-        r = run(durability, seconds, lag_ms)
+        r = run(durability, seconds, lag_ms, args.agents)
         pct = 100 * r["lost"] / r["spent"] if r["spent"] else 0.0
         print(f"{durability:<12}{r['calls']:>8.0f}{r['spent'] / 1e6:>12.6f}"
               f"{r['held'] / 1e6:>12.6f}{r['lost'] / 1e6:>10.6f}{pct:>8.2f}"
@@ -114,7 +120,7 @@ def main() -> None:
               f"{r['gap']:>10.1f}"
               + ("" if r["failed_over"] else "  (no failover!)")
               + (f"  ({r['pending']:.0f} writes never landed)" if r["pending"] else ""))
-    rates = fsync_rates()
+    rates = fsync_rates(args.calls)
     base = rates["no AOF"]
     print("\none process, one Redis, calls/s by persistence setting (ratio to no AOF):")
     for name, rate in rates.items():

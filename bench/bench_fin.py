@@ -11,15 +11,17 @@ redis-server started here; the figure is the Redis main thread's CPU per script 
                 (by Redis ms), as lua/lib.lua does
   zadd+trim     + that trim on every call (the earlier form)
 
-Run: .venv/bin/python bench/bench_fin.py
+Run: .venv/bin/python bench/bench_fin.py [--calls 20000] [--rounds 5]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import uuid
 
 import redis
+from short_run import parse  # bench/short_run.py
 
 from coordinator.embedded import RedisServer
 
@@ -33,10 +35,14 @@ VARIANTS = {
                     "if now % 16 == 0 then " + _TRIM + "end return 1",
     "zadd+trim": _NOW + "redis.call('ZADD', KEYS[1], now, ARGV[1]) " + _TRIM + "return 1",
 }
-CALLS, ROUNDS, BATCH = 20_000, 5, 500
+BATCH = 500
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = parse(ap, calls=200, rounds=1)
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url)
 
@@ -46,17 +52,17 @@ def main() -> None:
 
         shas = {name: client.script_load(src) for name, src in VARIANTS.items()}
         per_call: dict[str, list[float]] = {name: [] for name in VARIANTS}
-        for _ in range(ROUNDS):
+        for _ in range(args.rounds):
             for name, sha in shas.items():  # interleaved: load drift hits every variant
-                ids = [uuid.uuid4().hex for _ in range(CALLS)]
+                ids = [uuid.uuid4().hex for _ in range(args.calls)]
                 before = cpu_us()
-                for start in range(0, CALLS, BATCH):
+                for start in range(0, args.calls, BATCH):
                     pipe = client.pipeline(transaction=False)
                     for i in ids[start:start + BATCH]:
                         pipe.evalsha(sha, 1, "bc:{R}:fin:" + name, i)
                     pipe.execute()
-                per_call[name].append((cpu_us() - before) / CALLS)
-        print(f"Redis CPU us per call, median of {ROUNDS} rounds of {CALLS:,}")
+                per_call[name].append((cpu_us() - before) / args.calls)
+        print(f"Redis CPU us per call, median of {args.rounds} rounds of {args.calls:,}")
         for name, values in per_call.items():
             print(f"  {name:13s} {statistics.median(values):5.2f}   "
                   f"(rounds: {', '.join(f'{v:.2f}' for v in sorted(values))})")

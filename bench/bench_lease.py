@@ -11,13 +11,14 @@ One loopback redis-server started here; every figure below comes from this run.
    with the Redis CPU per call from INFO commandstats (all commands' usec summed; the main
    thread's INFO cpu alongside, which adds network I/O).
 3. Where strict mode's Redis time goes: reserve, settle with and without the node record,
-   each measured alone from commandstats; then reserve.lua dissected (a bare script, the
-   prelude and lib.lua alone, reserve.lua without some of its Redis calls).
+   each measured alone from commandstats; then reserve.lua against a bare script and
+   against its libraries alone (the scripts' files composed, never their text edited).
 4. Abort to refusal across 8 leasing processes: from ``abort()`` to each process's first
    refused call (all processes on this machine's clock), p50 and max over rounds.
 
 Needs veronica-core (``pip install -e '.[bench]'``).
 Run: .venv/bin/python bench/bench_lease.py [--calls 5000] [--seconds 3] [--rounds 3]
+[--procs 8] (``--quick``: a short run, bench/short_run.py)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from short_run import parse  # bench/short_run.py
 from timing import sample_us, server_us  # bench/timing.py
 
 from coordinator import (
@@ -86,7 +88,7 @@ def one_process(url: str, calls: int) -> None:
     for fn in variants.values():
         assert fn() == Decision.ALLOW or fn() == vc.Decision.ALLOW
     drain = coord.store.flush
-    sample_us(variants, 300, drain)  # warm up
+    sample_us(variants, min(calls, 300), drain)  # warm up
     samples = sample_us(variants, calls, drain)
     med = {k: statistics.median(v) for k, v in samples.items()}
     mean = {k: statistics.fmean(v) for k, v in samples.items()}
@@ -127,9 +129,10 @@ def _evalsha_us(client: redis.Redis, fn: Callable[[], object], n: int,
 
 # -- 2. eight processes ------------------------------------------------------------------
 
-def _raw_worker(url: str, sha: str, seconds: float, go: Any, out: Any) -> None:
+def _raw_worker(url: str, sha: str, seconds: float, ready: Any, go: Any, out: Any) -> None:
     client = redis.Redis.from_url(url)
     client.ping()
+    ready.put(1)
     n = 0
     go.wait(60)
     end = time.monotonic() + seconds
@@ -139,10 +142,12 @@ def _raw_worker(url: str, sha: str, seconds: float, go: Any, out: Any) -> None:
     out.put(n)
 
 
-def _wrap_worker(url: str, token: str, seconds: float, go: Any, out: Any) -> None:
+def _wrap_worker(url: str, token: str, seconds: float, ready: Any, go: Any, out: Any
+                 ) -> None:
     coord = Coordinator.from_url(url, token_keys=KEYS)
     ctx = ExecutionContext.attach(token, coordinator=coord)
     ctx.wrap_llm_call(_noop, OPTS)
+    ready.put(1)
     n = 0
     go.wait(60)
     end = time.monotonic() + seconds
@@ -172,14 +177,15 @@ def _main_cpu_us(client: redis.Redis) -> float:
 
 
 def _fleet(url: str, target: Callable[..., None], args: tuple[Any, ...], seconds: float,
-           client: redis.Redis) -> tuple[float, float, float, dict[str, float]]:
+           client: redis.Redis, count: int) -> tuple[float, float, float, dict[str, float]]:
     spawn = mp.get_context("spawn")
-    go, out = spawn.Event(), spawn.Queue()
-    procs = [spawn.Process(target=target, args=(url, *args, seconds, go, out))
-             for _ in range(8)]
+    ready, go, out = spawn.Queue(), spawn.Event(), spawn.Queue()
+    procs = [spawn.Process(target=target, args=(url, *args, seconds, ready, go, out))
+             for _ in range(count)]
     for p in procs:
         p.start()
-    time.sleep(3.0)  # every process started and connected
+    for _ in procs:  # every process started and connected
+        ready.get(timeout=120)
     client.config_resetstat()
     usec0, per0 = _commandstats_usec(client)
     cpu0 = _main_cpu_us(client)
@@ -195,18 +201,18 @@ def _fleet(url: str, target: Callable[..., None], args: tuple[Any, ...], seconds
     return calls / seconds, (usec1 - usec0) / calls, (cpu1 - cpu0) / calls, per
 
 
-def eight_processes(url: str, seconds: float) -> None:
+def eight_processes(url: str, seconds: float, count: int) -> None:
     client = redis.Redis.from_url(url)
     sha = client.script_load("return 1")
     coord = Coordinator.from_url(url, token_keys=KEYS)
     lease_ctx = ExecutionContext(ExecutionConfig(**BIG, lease=POLICY), coordinator=coord)
     strict_ctx = ExecutionContext(ExecutionConfig(**BIG), coordinator=coord)
     rows = {
-        "raw EVALSHA": _fleet(url, _raw_worker, (sha,), seconds, client),
-        "lease mode": _fleet(url, _wrap_worker, (lease_ctx.token,), seconds, client),
-        "strict mode": _fleet(url, _wrap_worker, (strict_ctx.token,), seconds, client),
+        "raw EVALSHA": _fleet(url, _raw_worker, (sha,), seconds, client, count),
+        "lease mode": _fleet(url, _wrap_worker, (lease_ctx.token,), seconds, client, count),
+        "strict mode": _fleet(url, _wrap_worker, (strict_ctx.token,), seconds, client, count),
     }
-    print(f"\n2. eight processes on one tree, {seconds:g} s each")
+    print(f"\n2. {count} processes on one tree, {seconds:g} s each")
     print(f"  {'':12s} {'calls/s':>9s} {'EVALSHA us/call':>16s} {'main CPU us/call':>17s}")
     for name, (rate, usec, cpu, _per) in rows.items():
         print(f"  {name:12s} {rate:9.0f} {usec:16.2f} {cpu:17.2f}")
@@ -275,27 +281,19 @@ def strict_breakdown(url: str, n: int) -> None:
 
 def _reserve_dissected(client: redis.Redis, store: Any, path: Any,
                        amounts: list[str | int], n: int) -> None:
-    """reserve.lua's EVALSHA usec against the same script without some of its Redis
-    calls, and the usec of the commands it calls: what a ``redis.call`` costs beyond
-    its command."""
-    from coordinator.store.scripts import script_source
+    """reserve.lua's EVALSHA usec against a bare script and against its libraries
+    alone (the files the loader composes, read as they are), and the usec of the commands
+    it calls: what the libraries' loading and a ``redis.call`` cost beyond the commands."""
+    from coordinator.store.scripts import lua_dir, prelude, script_source
 
-    src = script_source("reserve")
+    libraries = prelude() + "\n".join((lua_dir() / name).read_text()
+                                      for name in ("lib.lua", "quota_lib.lua"))
     keys = [store.ks.reservations(path.root), store.ks.leases(path.root),
             *store._level_keys(path), store.ks.done(path.root)]
-    scan = "redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 8)"
-    record = ("redis.call('HSET', KEYS[1], id, cjson.encode(new_reservation(ids, held, "
-              "ARGV[5] == '1')))")
-    lease = "redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)"
-    assert scan in src and record in src and lease in src
     variants = {
         "bare 'return 1', same ARGV": "return 1",
-        "prelude + lib.lua, return 1": src.split("-- reserve.lua")[0] + "return 1",
-        "reserve.lua": src,
-        "  without the expired scan": src.replace(scan, "{}"),
-        "  without the record": src.replace(record, ""),
-        "  without the lease": src.replace(lease, ""),
-        "  without record and lease": src.replace(record, "").replace(lease, ""),
+        "prelude + libraries, return 1": libraries + "\nreturn 1",
+        "reserve.lua": script_source("reserve"),
     }
     print("  reserve.lua dissected (EVALSHA usec / usec of the commands it calls, us):")
     for name, text in variants.items():
@@ -330,7 +328,7 @@ def _abort_worker(url: str, token: str, ready: Any, out: Any) -> None:
     out.put(refused)
 
 
-def abort_to_refusal(url: str, rounds: int) -> None:
+def abort_to_refusal(url: str, rounds: int, count: int) -> None:
     spawn = mp.get_context("spawn")
     coord = Coordinator.from_url(url, token_keys=KEYS)
     lags: list[float] = []
@@ -339,7 +337,7 @@ def abort_to_refusal(url: str, rounds: int) -> None:
         root = ExecutionContext(ExecutionConfig(**BIG, lease=POLICY), coordinator=coord)
         ready, out = spawn.Queue(), spawn.Queue()
         procs = [spawn.Process(target=_abort_worker, args=(url, root.token, ready, out))
-                 for _ in range(8)]
+                 for _ in range(count)]
         for p in procs:
             p.start()
         for _ in procs:
@@ -354,7 +352,7 @@ def abort_to_refusal(url: str, rounds: int) -> None:
         last.append(max(got))
         root.close()
     coord.close()
-    print(f"\n4. abort to refusal across 8 leasing processes, {rounds} rounds")
+    print(f"\n4. abort to refusal across {count} leasing processes, {rounds} rounds")
     print(f"  per process: p50 {statistics.median(lags) * 1e3:.1f} ms, max "
           f"{max(lags) * 1e3:.1f} ms; to the last process: p50 "
           f"{statistics.median(last) * 1e3:.1f} ms, max {max(last) * 1e3:.1f} ms")
@@ -365,14 +363,16 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--procs", type=int, default=8, help="processes in parts 2 and 4")
+    ap.add_argument("--ops", type=int, default=2000, help="operations of each kind in part 3")
+    args = parse(ap, calls=50, seconds=0.3, rounds=1, procs=1, ops=20)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, redis-server on loopback (started here)")
     with RedisServer() as server:
         one_process(server.url, args.calls)
-        eight_processes(server.url, args.seconds)
-        strict_breakdown(server.url, 2000)
-        abort_to_refusal(server.url, args.rounds)
+        eight_processes(server.url, args.seconds, args.procs)
+        strict_breakdown(server.url, args.ops)
+        abort_to_refusal(server.url, args.rounds, args.procs)
 
 
 if __name__ == "__main__":

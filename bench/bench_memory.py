@@ -28,6 +28,8 @@ import os
 import re
 from collections.abc import Callable
 
+from short_run import parse  # bench/short_run.py
+
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext, LeasePolicy
 from coordinator.embedded import RedisServer
 
@@ -135,7 +137,7 @@ def main() -> None:
     ap.add_argument("--contexts", type=int, default=200)
     ap.add_argument("--hash-max-listpack-value", type=int, default=0,
                     help="the server's hash-max-listpack-value (0: its default, 64)")
-    args = ap.parse_args()
+    args = parse(ap, calls=200, contexts=10)
     results = measure_all(args.calls, args.contexts, args.hash_max_listpack_value)
     setting = args.hash_max_listpack_value or "64 (default)"
     print(f"Redis memory per unit (load {os.getloadavg()[0]:.1f}); {args.calls:,} calls, "

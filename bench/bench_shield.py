@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.connection import AbstractConnection
+from short_run import parse  # bench/short_run.py
 from timing import sample_us  # bench/timing.py
 
 from coordinator import (
@@ -66,7 +67,7 @@ def round_trips(fn: Callable[[], object], n: int = 200) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=3000)
-    args = ap.parse_args()
+    args = parse(ap, calls=20)
     AbstractConnection.send_packed_command = _counting_send  # type: ignore[method-assign]
 
     with RedisServer() as server:

@@ -19,12 +19,15 @@ Prints, per rule: calls, refused calls (the target is 0), and the decision time 
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import statistics
 import sys
 import time
 from typing import Any
+
+from short_run import parse  # bench/short_run.py
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,7 +36,6 @@ from coordinator.embedded import RedisServer  # noqa: E402
 from tests.procs import TEST_KEYS  # noqa: E402
 
 SPAWN = mp.get_context("spawn")
-AGENTS = 4
 BIG = ExecutionConfig(max_cost_usd=1e6, max_steps=10**9, max_retries_total=10**9)
 
 
@@ -67,10 +69,10 @@ def agent(url: str, token: str, rule: str, seconds: float, out: Any) -> None:
     out.put((len(times), refused, times))
 
 
-def run(url: str, token: str, rule: str, seconds: float) -> None:
+def run(url: str, token: str, rule: str, seconds: float, agents: int) -> None:
     out = SPAWN.Queue()
     procs = [SPAWN.Process(target=agent, args=(url, token, rule, seconds, out))
-             for _ in range(AGENTS)]
+             for _ in range(agents)]
     for p in procs:
         p.start()
     results = [out.get(timeout=seconds + 120) for _ in procs]
@@ -87,8 +89,12 @@ def run(url: str, token: str, rule: str, seconds: float) -> None:
 
 
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
-    per_cpu = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    ap = argparse.ArgumentParser()
+    ap.add_argument("seconds", type=float, nargs="?", default=10.0)
+    ap.add_argument("per_cpu", type=int, nargs="?", default=3)
+    ap.add_argument("--agents", type=int, default=4, help="processes making calls")
+    args = parse(ap, seconds=1.0, per_cpu=0, agents=1)
+    seconds, per_cpu = args.seconds, args.per_cpu
     with RedisServer() as server:
         from coordinator import Coordinator
 
@@ -100,11 +106,11 @@ def main() -> None:
         for b in burners:
             b.start()
         print(f"{len(burners)} busy processes on {os.cpu_count()} CPUs, load "
-              f"{os.getloadavg()[0]:.1f}; {AGENTS} processes calling for {seconds:g} s "
+              f"{os.getloadavg()[0]:.1f}; {args.agents} processes calling for {seconds:g} s "
               "per rule", flush=True)
         try:
             for rule in ("evidence", "first timeout"):
-                run(server.url, root.token, rule, seconds)
+                run(server.url, root.token, rule, seconds, args.agents)
         finally:
             stop.set()
             for b in burners:

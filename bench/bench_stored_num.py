@@ -11,6 +11,7 @@ import argparse
 import statistics
 
 import redis
+from short_run import parse  # bench/short_run.py
 
 from coordinator.embedded import RedisServer
 from coordinator.store.scripts import lua_dir, prelude
@@ -51,7 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--n", type=int, default=50_000)
-    args = ap.parse_args()
+    args = parse(ap, rounds=1, n=1000)
     source = prelude() + (lua_dir() / "lib.lua").read_text() + _LOOSE + _BENCH
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from short_run import parse  # bench/short_run.py
 
 from coordinator.context.streaming import metered_stream
 from coordinator.core.usage import UsageCollector, reset_collector, set_collector
@@ -68,7 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=7)
-    args = ap.parse_args()
+    args = parse(ap, chunks=50, rounds=1)
     chunks = openai_chunks(args.chunks)
     events = anthropic_events(args.chunks)
 

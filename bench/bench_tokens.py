@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import redis
+from short_run import parse  # bench/short_run.py
 
 from coordinator.core.token_codec import TokenCodec
 from coordinator.embedded import RedisServer
@@ -39,7 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=7)
-    args = ap.parse_args()
+    args = parse(ap, calls=100, rounds=1)
 
     codec = TokenCodec({"k2": b"bench-secret-0123456789", "k1": b"older-secret-0123456789"})
     path = tuple(f"{i:032x}" for i in range(3))  # ids as ExecutionContext makes them

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import openai  # noqa: E402 - after the path set-up above
+from short_run import parse  # noqa: E402 - bench/short_run.py
 from timing import median_ratio_interval, sample_us  # noqa: E402 - bench/timing.py
 
 from coordinator import (  # noqa: E402
@@ -75,7 +76,7 @@ def start_provider() -> tuple[subprocess.Popen[bytes], str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=400)
-    args = ap.parse_args()
+    args = parse(ap, requests=5)
     provider, url = start_provider()
     try:
         with RedisServer() as server:
