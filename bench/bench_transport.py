@@ -125,7 +125,7 @@ def run(redis_url: str, base_url: str, n: int) -> None:
         "s-lease": streamed(via_lease),
     }
     drain = coord.store.flush
-    sample_us(variants, 30, drain)  # warm up (connections, scripts, the lease's slice)
+    sample_us(variants, min(n, 30), drain)  # warm up (connections, scripts, the lease's slice)
     samples = sample_us(variants, n, drain)
     med = {k: statistics.median(v) for k, v in samples.items()}
     for c in (bare, via_strict, via_lease):
