@@ -1,11 +1,13 @@
 """``./dev demo`` installs what the demo imports and nothing more; ``./dev test`` the test
 extra. What the demo imports: the third-party modules its own modules import anywhere,
-and those the package's modules it loads import at their top (an import guarded by
-``except ImportError``, or made inside a function, is not needed to run it)."""
+those the package's modules it loads import at their top (an import guarded by
+``except ImportError``, or made inside a function, is not needed to run it), and those
+its Celery broker's transport (Redis) loads."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -27,15 +29,21 @@ def extras_of(command: str) -> list[str]:
     return found.group(1).split(",")
 
 
-def loaded_by_the_demo() -> list[str]:
-    """The package's modules loaded with the demo's, as ``budgetctl demo`` loads them."""
+def loaded_by_the_demo() -> tuple[list[str], list[str]]:
+    """The package's modules loaded with the demo's, as ``budgetctl demo`` loads them; the
+    top-level modules its broker's transport loads besides."""
     code = ("import sys\n"
             "import coordinator.cli, coordinator.demo.infra, coordinator.demo.scenarios\n"
             "import coordinator.demo.tasks, coordinator.cli.demo\n"
-            "print('\\n'.join(m for m in sys.modules if m.split('.')[0] == 'coordinator'))\n")
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] == 'coordinator'))\n"
+            "before = {m.split('.')[0] for m in sys.modules}\n"
+            "assert coordinator.demo.tasks.app.connection_for_write().transport\n"
+            "print(' '.join({m.split('.')[0] for m in sys.modules} - before))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=True)
-    return done.stdout.split()
+                          text=True, timeout=120, check=True,
+                          env={**os.environ, "BUDGET_DEMO_BROKER": "redis://127.0.0.1:9/0"})
+    package, transport = done.stdout.splitlines()
+    return package.split(), transport.split()
 
 
 def _guarded(tree: ast.AST) -> set[int]:
@@ -66,8 +74,9 @@ def _imports(tree: ast.AST, anywhere: bool) -> list[ast.Import | ast.ImportFrom]
 
 def needed_by_the_demo() -> set[str]:
     """The distributions whose modules the demo needs."""
-    tops: set[str] = set()
-    for name in loaded_by_the_demo():
+    package, transport = loaded_by_the_demo()
+    tops = set(transport)
+    for name in package:
         base = ROOT.joinpath(*name.split("."))
         path = base / "__init__.py" if (base / "__init__.py").is_file() else \
             base.with_suffix(".py")
