@@ -27,6 +27,7 @@ from coordinator.core.charging_rules import DEFAULT_FLOOR_USD
 from coordinator.embedded import RedisServer
 from coordinator.errors import TokenMalformedError, TokenSignatureError
 from tests.celery_app_harness import TOKEN_KEYS, Workers
+from tests.waiting import until
 
 RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
 APP = "tests.celery_app"
@@ -318,7 +319,8 @@ def test_abort_ends_20_running_tasks_within_a_second(wide_cluster: Cluster) -> N
             assert time.monotonic() < deadline, (
                 f"the 20 tasks did not all start: {cl.marks.lrange('started', 0, -1)}")
             time.sleep(0.05)
-        time.sleep(0.3)  # let the llm ones enter their wrapped call
+        # the llm ones are inside their wrapped call once the six reservations are held
+        until(lambda: cl.ledger(root)["open"] == 6, "the six llm calls reserved")
         t0 = time.time()
         root.abort("stop everything")
         outcomes = _outcomes(results)
@@ -345,7 +347,7 @@ def test_abort_stops_polling_looping_and_awaiting_tasks_on_the_threads_pool(
         while cl.marks.llen("started") < len(handles):
             assert time.monotonic() < deadline, "the 6 tasks did not all start"
             time.sleep(0.05)
-        time.sleep(0.3)
+        until(lambda: cl.ledger(root)["open"] == 2, "the two async calls reserved")
         t0 = time.time()
         root.abort("stop the threads")
         outcomes = _outcomes(handles)
@@ -366,8 +368,7 @@ def test_a_sigkilled_workers_reservation_is_reclaimed(redis_cluster: Cluster) ->
         while not cl.marks.llen("started"):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        time.sleep(0.3)
-        assert cl.ledger(root)["open"] == 1
+        until(lambda: cl.ledger(root)["open"] == 1, "the call reserved")
         pid = int(cl.marks.lindex("started", 0).split(":")[1])
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(Exception):  # noqa: B017 - Celery reports WorkerLostError
