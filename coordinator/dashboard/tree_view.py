@@ -76,14 +76,15 @@ def tree_view(read: TreeRead, focus: str, rate: float,
                    for cid, c in read.hashes.items()
                    if c.get("status") == "stopped" and c.get("stopped_ms"))
     nodes = [_node(cid, j) for cid, j in read.nodes]
+    events = [_event(cid, j) for cid, j in read.events]
     chart = spend_chart(series, created_ms=int(h.get("created_ms") or read.now_ms),
                         now_ms=_end_ms(h, read.now_ms), spend_micro=int(h.get("u:usd") or 0),
                         ceiling_micro=int(h.get("l:usd") or 0), stops=stops,
                         calls=[got for n in nodes if (got := _charged(n)) is not None])
     return {"root": root, "focus": focus, "contexts": contexts,
             "truncated": read.truncated, "tokens_by_provider": top.get("tokens_by_provider", {}),
-            "nodes": nodes,
-            "events": [_event(cid, j) for cid, j in read.events],
+            "nodes": nodes, "call_rows": fold_refusals(nodes),
+            "events": events, "event_rows": fold_repeats(events),
             "chart": chart, "now_ms": read.now_ms}
 
 
@@ -138,11 +139,57 @@ def _node(ctx_id: str, text: str) -> dict[str, Any]:
     start, end = _seconds(n.get("start_ts")), _seconds(n.get("end_ts"))
     duration = (end - start) * 1000 if start is not None and end is not None else None
     return {"context": ctx_id, "node_id": n.get("node_id"), "kind": n.get("kind"),
+            "refused": n.get("stop_reason") or None,
             "operation": n.get("operation_name") or "", "model": n.get("model"),
             "provider": n.get("provider"), "cost_usd": n.get("cost_usd", 0.0),
             "input_tokens": n.get("input_tokens", 0), "output_tokens": n.get("output_tokens", 0),
             "duration_ms": duration, "status": n.get("status"),
             "start": _iso(start), "start_ms": int(start * 1000) if start is not None else None}
+
+
+def fold_refusals(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The newest calls (newest first) as the tree page lists them: the calls that ran,
+    and the refused ones (they cost $0) folded by reason into one line where the newest
+    of them is, ``{"fold": "37 refused: aborted", "count": 37, "contexts": 37, ...}``,
+    so that a burst of refusals does not push the calls that cost money out of view."""
+    rows: list[dict[str, Any]] = []
+    folds: dict[str, tuple[dict[str, Any], set[str]]] = {}
+    for n in nodes:
+        reason = n.get("refused")
+        if not reason:
+            rows.append({**n, "fold": None, "count": 1})
+            continue
+        if reason not in folds:
+            folds[reason] = ({"fold": "", "reason": reason, "count": 0,
+                              "start_ms": n.get("start_ms")}, set())
+            rows.append(folds[reason][0])
+        fold, contexts = folds[reason]
+        fold["count"] += 1
+        contexts.add(str(n.get("context")))
+    for fold, contexts in folds.values():
+        fold["fold"] = f"{fold['count']} refused: {fold['reason']}"
+        fold["contexts"] = len(contexts)
+        fold["context"] = next(iter(contexts)) if len(contexts) == 1 else None
+    return rows
+
+
+def fold_repeats(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The newest events (newest first) as the tree page lists them: each run of the same
+    event (type, decision, reason) in a row is one line, its newest, with ``count`` and
+    ``contexts`` (one stop that 37 contexts recorded is one line)."""
+    rows: list[dict[str, Any]] = []
+    seen: list[set[str]] = []
+    for e in events:
+        last = rows[-1] if rows else None
+        if last is not None and all(last.get(k) == e.get(k)
+                                    for k in ("event_type", "decision", "reason")):
+            last["count"] += 1
+            seen[-1].add(str(e.get("context")))
+            last["contexts"] = len(seen[-1])
+            continue
+        rows.append({**e, "count": 1, "contexts": 1})
+        seen.append({str(e.get("context"))})
+    return rows
 
 
 def _charged(node: Mapping[str, Any]) -> tuple[int, int] | None:
