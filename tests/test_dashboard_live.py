@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator.dashboard.live import Listener, Live
+from coordinator.dashboard.live import ANSWER_S, Listener, Live
 from coordinator.dashboard.service import Service
 from coordinator.embedded import RedisServer
 from tests.dashboard_server import coordinator, open_tree
@@ -47,9 +47,9 @@ def test_the_feed_reports_redis_gone_within_its_bound(how: str) -> None:
                 os.kill(pid, signal.SIGSTOP)
             else:
                 server.stop()
-            # the pages' bound is 5 s from Redis to the dot; the feed takes at most
-            # 2.5 s of it
-            _wait(lambda: not live.alive, 2.5)
+            # the pages' bound is 5 s from Redis to the dot: the feed takes at most
+            # ANSWER_S and a tick (0.5 s) of it, the stream's status another 0.5 s
+            _wait(lambda: not live.alive, ANSWER_S + 1.0)
             if how == "stall":
                 os.kill(pid, signal.SIGCONT)
                 _wait(lambda: live.alive, 15)  # and it comes back

@@ -22,7 +22,7 @@ from ..store.dashboard_reads import BACKEND_ERRORS, DashboardReads
 
 log = logging.getLogger("coordinator.dashboard.live")
 
-ANSWER_S = 1.5
+ANSWER_S = 2.0
 """The feed is alive while Redis answered one of its reads (every ``tick_s``) within this
 long, plus ``tick_s``: a read held by a stalled Redis (its socket timeout) or by the
 client's retries cannot keep it alive, so a page says "disconnected" within about
