@@ -102,8 +102,9 @@ class BackendConfigError(BudgetCoordinatorError, ValueError):
 
 
 class TopologySettingError(BudgetCoordinatorError, ValueError):
-    """A topology setting that cannot work (durability, replicas, WAIT timeout):
-    ``setting`` names it, ``value`` is what was given, the message says why."""
+    """A coordinator setting that cannot work (durability, replicas, WAIT timeout, lease,
+    retention, timeouts): ``setting`` names it (or its environment variable), ``value``
+    is what was given, the message says why."""
 
     def __init__(self, setting: str, value: object, why: str) -> None:
         self.setting, self.value = setting, value

@@ -29,6 +29,7 @@ from coordinator.errors import (
     InvalidUsageError,
     QuotaRuleError,
     ReportOutsideCallError,
+    TopologySettingError,
 )
 from coordinator.quotas import QuotaRule, Quotas
 from tests.quota_procs import labelled
@@ -103,6 +104,32 @@ def test_a_usage_report_is_accepted_or_refused_typed(field: str, value: Any) -> 
         pass
 
 
+SETTINGS = ("lease_ms", "retention_s", "hot_timeout_ms", "long_timeout_ms",
+            "probe_interval_ms", "replicas", "wait_timeout_ms")
+
+
+@settings(FUZZ, max_examples=100)
+@given(name=st.sampled_from(SETTINGS), value=NUMBERS)
+def test_a_coordinator_setting_is_accepted_or_refused_typed(redis_url: str, name: str,
+                                                             value: Any) -> None:
+    try:
+        coord = Coordinator.from_url(redis_url, **{name: value})
+    except TopologySettingError as exc:
+        assert exc.setting == name
+    else:
+        coord.close()
+
+
+@pytest.mark.parametrize("value", ["abc", "9" * 400, "-1", "1e3", "0x10", " 5"])
+def test_a_coordinator_setting_from_the_environment_is_refused_typed(
+        redis_url: str, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for env in ("BUDGET_LEASE_MS", "BUDGET_LONG_TIMEOUT_MS"):
+        with monkeypatch.context() as m:
+            m.setenv(env, value)
+            with pytest.raises(TopologySettingError, match=env):
+                Coordinator.from_url(redis_url)
+
+
 @pytest.mark.parametrize("change", [
     {"period": "36500d", "retention_s": 36500 * 86400},  # the longest window, retention
     {"period": "876000h"},
@@ -148,7 +175,7 @@ def test_budgetctl_options_refuse_huge_numbers_with_exit_2(
     assert f"Invalid value for '{args[-2]}'" in err
 
 
-def test_the_dashboard_refuses_huge_numbers_in_a_quota_body(coord: Coordinator,
+def test_the_dashboard_refuses_huge_numbers_in_bodies_and_queries(coord: Coordinator,
                                                             redis_url: str) -> None:
     pytest.importorskip("starlette")
     from tests.dashboard_server import OPERATOR_TOKEN, dashboard
@@ -161,6 +188,10 @@ def test_the_dashboard_refuses_huge_numbers_in_a_quota_body(coord: Coordinator,
                                                body={field: value})
                 assert status == 400, (field, value, body)
                 assert field in json.loads(body)["error"]
+        for since in ("nan", "inf", "1e400", "-inf"):  # a read's freshness, in Unix ms
+            status, _, body = http.request("GET", f"/api/trees?since={since}",
+                                           token=OPERATOR_TOKEN)
+            assert status == 400 and "since" in body, (since, body)
         for period in ("999999999d", "104250d"):
             status, _, body = http.request("PUT", "/api/quotas/r", token=OPERATOR_TOKEN,
                                            body={"period": period})

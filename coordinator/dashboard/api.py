@@ -7,6 +7,7 @@ import asyncio
 import csv
 import io
 import json
+import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -64,9 +65,12 @@ def since_of(request: Request) -> float | None:
     if raw is None:
         return None
     try:
-        return float(raw)
+        since = float(raw)
     except ValueError:
-        raise ValueError("since must be a number (Unix ms)") from None
+        since = math.nan
+    if not math.isfinite(since):
+        raise ValueError("since must be a number (Unix ms)")
+    return since
 
 
 def page_query(request: Request) -> dict[str, int]:

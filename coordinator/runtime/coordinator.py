@@ -35,6 +35,8 @@ from .settings import (
     DEFAULT_LONG_TIMEOUT_MS,
     DEFAULT_PROBE_INTERVAL_MS,
     DEFAULT_RETENTION_S,
+    SETTING_RANGES,
+    checked_setting,
     default_url,
 )
 from .stop_listener import StopListener, StopTarget
@@ -70,6 +72,11 @@ class Coordinator:
         wait_timeout_ms: int = 1000,
         long_timeout_ms: int = DEFAULT_LONG_TIMEOUT_MS,
     ) -> None:
+        lease_ms, retention_s, hot_timeout_ms, probe_interval_ms, long_timeout_ms = (
+            checked_setting(name, value) for name, value in (
+                ("lease_ms", lease_ms), ("retention_s", retention_s),
+                ("hot_timeout_ms", hot_timeout_ms), ("probe_interval_ms", probe_interval_ms),
+                ("long_timeout_ms", long_timeout_ms)))
         self.client = client
         self.long_timeout_ms = long_timeout_ms
         """The client's reply timeout (``from_url`` sets it): what a blocking wait for a
@@ -126,8 +133,10 @@ class Coordinator:
         and the timeouts from ``BUDGET_HOT_TIMEOUT_MS``, ``BUDGET_LONG_TIMEOUT_MS`` and
         ``BUDGET_PROBE_INTERVAL_MS`` (see runtime/settings.py for their defaults)."""
         if long_timeout_ms is None:
-            long_timeout_ms = int(os.environ.get("BUDGET_LONG_TIMEOUT_MS")
-                                  or DEFAULT_LONG_TIMEOUT_MS)
+            env = os.environ.get("BUDGET_LONG_TIMEOUT_MS")
+            long_timeout_ms = (checked_setting("long_timeout_ms", env, "BUDGET_LONG_TIMEOUT_MS")
+                               if env else DEFAULT_LONG_TIMEOUT_MS)
+        long_timeout_ms = checked_setting("long_timeout_ms", long_timeout_ms)
         client = connect(url, socket_timeout=long_timeout_ms / 1000)
         if "durability" not in kwargs and os.environ.get("BUDGET_DURABILITY"):
             kwargs["durability"] = os.environ["BUDGET_DURABILITY"]
@@ -139,7 +148,10 @@ class Coordinator:
                           ("BUDGET_HOT_TIMEOUT_MS", "hot_timeout_ms"),
                           ("BUDGET_PROBE_INTERVAL_MS", "probe_interval_ms")):
             if name not in kwargs and os.environ.get(env):
-                kwargs[name] = int(os.environ[env])
+                text = os.environ[env]
+                kwargs[name] = (checked_setting(name, text, env) if name in SETTING_RANGES
+                                else int(text) if text.isascii() and text.isdigit() and len(text) < 20
+                                else text)
         coord = cls(client, long_timeout_ms=long_timeout_ms, **kwargs)
         coord._owns_client = True
         coord.shown_url = redact_url(url)

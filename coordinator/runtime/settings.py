@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from ..errors import TopologySettingError
+
 DEFAULT_URL = "redis://localhost:6379/0"
 DEFAULT_LEASE_MS = 60_000
 DEFAULT_RETENTION_S = 7 * 24 * 3600
@@ -19,6 +21,24 @@ lease renewal, pub/sub, gc (``BUDGET_LONG_TIMEOUT_MS``)."""
 DEFAULT_PROBE_INTERVAL_MS = 500
 """While Redis is stalled, calls fail fast and one probe pings it this often; calls flow
 again within one interval of its answer (``BUDGET_PROBE_INTERVAL_MS``)."""
+
+SETTING_RANGES = {"lease_ms": (1, 86_400_000), "retention_s": (1, 36500 * 86400),
+                  "hot_timeout_ms": (1, 3_600_000), "long_timeout_ms": (1, 3_600_000),
+                  "probe_interval_ms": (1, 3_600_000)}
+"""A coordinator's numeric settings and their ranges (a day's lease, a century's
+retention, an hour's timeouts): past them, no timer, timeout or expiry can work."""
+
+
+def checked_setting(name: str, value: object, env: str = "") -> int:
+    """``value`` of setting ``name`` as an integer in its range (a string, as the
+    environment variable ``env`` gives it, must be decimal digits). Raises
+    TopologySettingError naming ``env`` or ``name``."""
+    low, high = SETTING_RANGES[name]
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise TopologySettingError(env or name, value, f"an integer from {low} to {high}")
+    return value
 
 
 def default_url() -> str:
