@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "PYTHONWARNINGS": "ignore"}
 
 
-def _read_until(fd: int, text: bytes, count: int, timeout_s: float = 30.0) -> bytes:
-    """What ``fd`` gave until ``text`` appeared ``count`` times."""
+def _read_until(fd: int, text: bytes, count: int, timeout_s: float = 120.0) -> bytes:
+    """What ``fd`` gave until ``text`` appeared ``count`` times (the deadline leaves room
+    for a Python process to start on a loaded CI machine, which can take tens of seconds)."""
     got = b""
     deadline = time.monotonic() + timeout_s
     while got.count(text) < count:
