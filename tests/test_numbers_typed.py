@@ -23,6 +23,8 @@ from coordinator import (
     report_usage,
 )
 from coordinator.cli import main
+from coordinator.core.pricing import clear_prices, load_price_table, set_price
+from coordinator.data.values import DataLimits
 from coordinator.errors import (
     InvalidConfigError,
     InvalidCostError,
@@ -102,6 +104,57 @@ def test_a_usage_report_is_accepted_or_refused_typed(field: str, value: Any) -> 
         pass  # the value was accepted: only the call is missing
     except (InvalidCostError, InvalidUsageError):
         pass
+
+
+@FUZZ
+@given(field=st.sampled_from(["input_per_mtok", "output_per_mtok", "cache_read_per_mtok"]),
+       value=NUMBERS)
+def test_a_price_is_accepted_or_refused_typed(field: str, value: Any) -> None:
+    try:
+        set_price("fuzzed-model", **{"input_per_mtok": 1.0, "output_per_mtok": 1.0,
+                                     field: value})
+    except InvalidUsageError as exc:
+        assert field in str(exc)
+    finally:
+        clear_prices()
+
+
+@FUZZ
+@given(column=st.integers(min_value=1, max_value=4), value=NUMBERS)
+def test_a_price_table_row_is_accepted_or_refused_typed(tmp_path_factory: Any, column: int,
+                                                        value: Any) -> None:
+    row: list[Any] = ["openai", 1.0, 2.0, None, None]
+    row[column] = value
+    path = tmp_path_factory.mktemp("prices") / "table.json"
+    path.write_text(json.dumps({"_meta": {"source": "fuzz"}, "models": {"m": row}}))
+    try:
+        load_price_table(path)
+    except InvalidUsageError as exc:
+        assert "price table" in str(exc)
+    else:  # accepted: a price a call can be charged at
+        assert type(value) in (int, float) and 0 <= value <= 1e6
+    finally:
+        load_price_table()
+
+
+@FUZZ
+@given(field=st.sampled_from(["max_key_chars", "max_value_bytes", "max_context_bytes"]),
+       value=NUMBERS)
+def test_data_limits_are_accepted_or_refused_typed(field: str, value: Any) -> None:
+    try:
+        DataLimits(**{field: value})
+    except InvalidConfigError as exc:
+        assert field in str(exc)
+    else:  # accepted: a whole number the scripts hold exactly
+        assert type(value) is int and 1 <= value < 2 ** 53
+
+
+@pytest.mark.parametrize("value", ["abc", "9" * 400, "-1", "0", "1e3"])
+def test_data_limits_from_the_environment_are_refused_typed(
+        value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUDGET_DATA_MAX_VALUE_BYTES", value)
+    with pytest.raises(InvalidConfigError, match="BUDGET_DATA_MAX_VALUE_BYTES"):
+        DataLimits.from_env()
 
 
 SETTINGS = ("lease_ms", "retention_s", "hot_timeout_ms", "long_timeout_ms",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import re
 import threading
@@ -65,13 +64,18 @@ _lock = threading.Lock()
 _table: _Table | None = None
 
 
-def _check_rate(name: str, value: float | None) -> None:
+MAX_RATE = 1e6
+"""The highest price accepted, in USD per million tokens ($1 a token)."""
+
+
+def _check_rate(name: str, value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        math.isfinite(value) and value >= 0
+        0 <= value <= MAX_RATE  # (NaN fails it; an int of any size compares exactly)
     ):
-        raise InvalidUsageError(f"{name} must be a finite, non-negative price; got {value!r}")
+        raise InvalidUsageError(f"{name} must be a price from 0 to {MAX_RATE:g} USD per "
+                                f"million tokens; got {value!r}")
 
 
 def set_price(
@@ -113,7 +117,7 @@ def clear_prices() -> None:
 def _per_mtok(per_token: Any) -> float | None:
     if isinstance(per_token, bool) or not isinstance(per_token, (int, float)):
         return None
-    if not math.isfinite(per_token) or per_token < 0:
+    if not 0 <= per_token <= MAX_RATE / 1_000_000:  # (NaN fails it, a huge int too)
         return None
     # Round away the binary noise of per-token floats (2.5e-06 * 1e6 = 2.4999999999999996).
     return round(per_token * 1_000_000, 9)
@@ -156,7 +160,14 @@ def _parse(data: Any, source: str) -> _Table:
     source = str(data["_meta"].get("source") or source)
     models: dict[str, ModelPrice] = {}
     for name, row in data["models"].items():
+        if not isinstance(row, list) or len(row) != 5:
+            raise InvalidUsageError(f"price table {source}: {name} must be [provider, input, "
+                                    "output, cache_read, cache_write]")
         provider, inp, out, cread, cwrite = row
+        for rate, value in (("input", inp), ("output", out), ("cache_read", cread),
+                            ("cache_write", cwrite)):
+            _check_rate(f"price table {source}: {name} {rate}",
+                        "missing" if value is None and rate in ("input", "output") else value)
         models[name] = ModelPrice(inp, out, cread, cwrite, provider, source)
     return _Table(source, models)
 

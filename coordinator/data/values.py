@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InvalidConfigError
+from ..models_base import check_count
 from .errors import DataKeyError, DataTooLargeError, DataValueError
 
 MAX_DEPTH = 100
@@ -26,16 +28,36 @@ class DataLimits:
     max_context_bytes: int = 16 << 20
     """Largest data of one context (keys and JSON values, UTF-8 bytes): 16 MiB."""
 
+    def __post_init__(self) -> None:
+        _check_limits({name: (name, getattr(self, name)) for name in _FIELDS})
+
     @classmethod
     def from_env(cls) -> DataLimits:
         """Defaults, with ``BUDGET_DATA_MAX_CONTEXT_BYTES`` and
-        ``BUDGET_DATA_MAX_VALUE_BYTES`` applied when set."""
-        kw: dict[str, int] = {}
-        for env, name in (("BUDGET_DATA_MAX_CONTEXT_BYTES", "max_context_bytes"),
-                          ("BUDGET_DATA_MAX_VALUE_BYTES", "max_value_bytes")):
-            if os.environ.get(env):
-                kw[name] = int(os.environ[env])
-        return cls(**kw)
+        ``BUDGET_DATA_MAX_VALUE_BYTES`` applied when set (decimal digits)."""
+        given = {name: (env, os.environ[env]) for env, name in (
+            ("BUDGET_DATA_MAX_CONTEXT_BYTES", "max_context_bytes"),
+            ("BUDGET_DATA_MAX_VALUE_BYTES", "max_value_bytes")) if os.environ.get(env)}
+        return cls(**_check_limits({name: (env, int(text) if text.isascii()
+                                           and text.isdigit() and len(text) < 20 else text)
+                                    for name, (env, text) in given.items()}))
+
+
+_FIELDS = ("max_key_chars", "max_value_bytes", "max_context_bytes")
+
+
+def _check_limits(given: dict[str, tuple[str, Any]]) -> dict[str, int]:
+    """Each limit (name -> (what gave it, value)) an integer from 1 to 2**53 - 1 (exact
+    in the scripts); InvalidConfigError lists those that are not."""
+    problems = []
+    for label, value in given.values():
+        try:
+            check_count(value, label, minimum=1, maximum=2 ** 53 - 1)
+        except ValueError as exc:
+            problems.append({"loc": (label,), "msg": str(exc), "input": value})
+    if problems:
+        raise InvalidConfigError("DataLimits", problems)
+    return {name: value for name, (_, value) in given.items()}
 
 
 def check_key(key: object, limits: DataLimits) -> str:
