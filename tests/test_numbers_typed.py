@@ -49,6 +49,7 @@ PERIODS = st.one_of(st.from_regex(r"\A[0-9]{1,12}[smhd]\Z"), st.text(max_size=12
 RULE = {"id": "r", "match": {"team": "research"}, "usd": 1.0}
 RULE_FIELDS = ("usd", "tokens", "calls", "retention_s", "grant_fraction")
 LIMITS = {"max_cost_usd": 1.0, "max_steps": 5, "max_retries_total": 1}
+CALL = WrapOptions(cost_estimate_hint=0.01)
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -155,6 +156,17 @@ def test_data_limits_from_the_environment_are_refused_typed(
     monkeypatch.setenv("BUDGET_DATA_MAX_VALUE_BYTES", value)
     with pytest.raises(InvalidConfigError, match="BUDGET_DATA_MAX_VALUE_BYTES"):
         DataLimits.from_env()
+
+
+def test_tokens_priced_beyond_any_ceiling_are_charged_not_raised(coord: Coordinator) -> None:
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=1)
+    with ExecutionContext(config, coordinator=coord) as ctx:
+        # 10**15 tokens (the most a report may give) at gpt-4o's price: $2.5 billion
+        decision = ctx.wrap_llm_call(lambda: report_usage(input_tokens=10 ** 15,
+                                                          model="gpt-4o"), CALL)
+        assert decision == Decision.ALLOW  # it ran: charged (at the most a cost can be)
+        assert ctx.get_snapshot().cost_usd_accumulated == 1e9
+        assert ctx.stop_reason == "budget_exceeded"
 
 
 SETTINGS = ("lease_ms", "retention_s", "hot_timeout_ms", "long_timeout_ms",

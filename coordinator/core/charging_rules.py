@@ -115,8 +115,8 @@ def _valid(held: dict[str, int], est: int, usage: Usage | None, *, kind: str, en
     priced = pricing.price_usd(
         named, tin, tout, cache_read_input_tokens=usage.cache_read_input_tokens,
         cache_creation_input_tokens=usage.cache_creation_input_tokens, provider=provider)
-    if priced is not None:
-        return Charge(usd_to_micro(priced), tin, tout, provider, "priced")
+    if priced is not None:  # (tokens in range may still price beyond any ceiling)
+        return Charge(usd_to_micro(min(priced, MAX_USD)), tin, tout, provider, "priced")
     unpriced = named or "(no model)"
     if policy.unpriced_usd_per_token is not None:
         cost = max(usd_to_micro(min((tin + tout) * policy.unpriced_usd_per_token, MAX_USD)),
