@@ -169,6 +169,25 @@ def test_tokens_priced_beyond_any_ceiling_are_charged_not_raised(coord: Coordina
         assert ctx.stop_reason == "budget_exceeded"
 
 
+@FUZZ
+@given(env=st.sampled_from(["BUDGET_ALERT_FRACTIONS", "BUDGET_ALERT_BURN_USD_PER_MIN",
+                            "BUDGET_ALERT_RULES"]), value=NUMBERS)
+def test_alert_settings_are_accepted_or_refused_typed(env: str, value: Any) -> None:
+    pytest.importorskip("starlette")
+    from coordinator.dashboard.alerts import rules_from_env
+
+    text = (json.dumps([{"fractions": [value]}, {"burn_usd_per_min": value}])
+            if env == "BUDGET_ALERT_RULES" else str(value))
+    try:
+        rules = rules_from_env({env: text})
+    except InvalidConfigError as exc:
+        assert env in str(exc)
+    else:  # accepted: thresholds an alert can cross
+        for rule in rules:
+            assert all(0 < f <= 1000 for f in rule.fractions)
+            assert rule.burn_usd_per_min is None or 0 <= rule.burn_usd_per_min <= 1e9
+
+
 SETTINGS = ("lease_ms", "retention_s", "hot_timeout_ms", "long_timeout_ms",
             "probe_interval_ms", "replicas", "wait_timeout_ms")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.redaction import redact_url
+from ..errors import InvalidConfigError
 from .model import Alert, AlertRule
 
 log = logging.getLogger("coordinator.dashboard.alerts")
@@ -144,13 +145,28 @@ def rules_from_env(env: dict[str, str] | None = None) -> list[AlertRule]:
     ``BUDGET_ALERT_RULES`` (JSON list of {"fractions", "burn_usd_per_min", "match"}) adds
     rules for labelled roots."""
     env = dict(os.environ if env is None else env)
-    fractions = tuple(float(x) for x in env.get("BUDGET_ALERT_FRACTIONS", "0.5,0.8,1").split(",")
-                      if x.strip())
+    given = env.get("BUDGET_ALERT_FRACTIONS", "0.5,0.8,1")
+    fractions = _setting("BUDGET_ALERT_FRACTIONS", given, lambda: AlertRule(fractions=tuple(
+        float(x) for x in given.split(",") if x.strip())).fractions)
     burn = env.get("BUDGET_ALERT_BURN_USD_PER_MIN")
-    rules = [AlertRule(fractions=fractions, burn_usd_per_min=float(burn) if burn else None)]
-    for spec in json.loads(env.get("BUDGET_ALERT_RULES") or "[]"):
-        rules.append(_rule(spec))
+    rules = [AlertRule(fractions=fractions, burn_usd_per_min=_setting(
+        "BUDGET_ALERT_BURN_USD_PER_MIN", burn, lambda: AlertRule(
+            burn_usd_per_min=float(burn) if burn else None).burn_usd_per_min))]
+    specs = env.get("BUDGET_ALERT_RULES") or "[]"
+    rules += _setting("BUDGET_ALERT_RULES", specs,
+                      lambda: [_rule(spec) for spec in json.loads(specs)])
     return rules
+
+
+def _setting(name: str, given: object, build: Callable[[], Any]) -> Any:
+    """``build()``, a bad value in it raised as InvalidConfigError naming ``name``."""
+    try:
+        return build()
+    except (ValueError, TypeError, OverflowError) as exc:
+        why = ("; ".join(str(p["msg"]) for p in exc.problems)
+               if isinstance(exc, InvalidConfigError) else str(exc))
+        raise InvalidConfigError("alert setting", [{"loc": (name,), "msg": why,
+                                                    "input": given}]) from None
 
 
 def _rule(spec: Any) -> AlertRule:

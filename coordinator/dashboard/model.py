@@ -10,6 +10,8 @@ from typing import Any
 
 from ..core.keys import DASH_SORTS
 from ..core.labels import LABELS, labels_of
+from ..errors import InvalidConfigError
+from ..models_base import MAX_USD, in_range
 
 SORTS = DASH_SORTS
 """How the overview can be ordered (``age``: newest first): the indexes the store keeps."""
@@ -176,6 +178,16 @@ class AlertRule:
     """A burn rate above which the root alerts once."""
     match: dict[str, str] = field(default_factory=dict)
     """Labels a root must carry for this rule (for example ``{"team": "research"}``)."""
+
+    def __post_init__(self) -> None:
+        problems = [{"loc": ("fractions",), "msg": "each must be a number in (0, 1000]",
+                     "input": f} for f in self.fractions if not in_range(f, 1e-9, 1000)]
+        burn = self.burn_usd_per_min
+        if burn is not None and not in_range(burn, 0, MAX_USD):
+            problems.append({"loc": ("burn_usd_per_min",), "input": burn,
+                             "msg": f"must be a number from 0 to {MAX_USD:g}"})
+        if problems:
+            raise InvalidConfigError("AlertRule", problems)
 
 
 @dataclass(frozen=True)
