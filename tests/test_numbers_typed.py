@@ -207,7 +207,7 @@ def test_a_coordinator_setting_is_accepted_or_refused_typed(redis_url: str, name
 @pytest.mark.parametrize("value", ["abc", "9" * 400, "-1", "1e3", "0x10", " 5"])
 def test_a_coordinator_setting_from_the_environment_is_refused_typed(
         redis_url: str, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    for env in ("BUDGET_LEASE_MS", "BUDGET_LONG_TIMEOUT_MS"):
+    for env in ("BUDGET_LEASE_MS", "BUDGET_LONG_TIMEOUT_MS", "BUDGET_REPLICAS"):
         with monkeypatch.context() as m:
             m.setenv(env, value)
             with pytest.raises(TopologySettingError, match=env):

@@ -35,7 +35,6 @@ from .settings import (
     DEFAULT_LONG_TIMEOUT_MS,
     DEFAULT_PROBE_INTERVAL_MS,
     DEFAULT_RETENTION_S,
-    SETTING_RANGES,
     checked_setting,
     default_url,
 )
@@ -148,10 +147,7 @@ class Coordinator:
                           ("BUDGET_HOT_TIMEOUT_MS", "hot_timeout_ms"),
                           ("BUDGET_PROBE_INTERVAL_MS", "probe_interval_ms")):
             if name not in kwargs and os.environ.get(env):
-                text = os.environ[env]
-                kwargs[name] = (checked_setting(name, text, env) if name in SETTING_RANGES
-                                else int(text) if text.isascii() and text.isdigit() and len(text) < 20
-                                else text)
+                kwargs[name] = checked_setting(name, os.environ[env], env)
         coord = cls(client, long_timeout_ms=long_timeout_ms, **kwargs)
         coord._owns_client = True
         coord.shown_url = redact_url(url)

@@ -24,9 +24,10 @@ again within one interval of its answer (``BUDGET_PROBE_INTERVAL_MS``)."""
 
 SETTING_RANGES = {"lease_ms": (1, 86_400_000), "retention_s": (1, 36500 * 86400),
                   "hot_timeout_ms": (1, 3_600_000), "long_timeout_ms": (1, 3_600_000),
-                  "probe_interval_ms": (1, 3_600_000)}
+                  "probe_interval_ms": (1, 3_600_000), "replicas": (1, 16)}
 """A coordinator's numeric settings and their ranges (a day's lease, a century's
-retention, an hour's timeouts): past them, no timer, timeout or expiry can work."""
+retention, an hour's timeouts; replicas as ``Durability`` takes them): past them, no
+timer, timeout or expiry can work."""
 
 
 def checked_setting(name: str, value: object, env: str = "") -> int:
