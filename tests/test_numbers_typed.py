@@ -188,6 +188,29 @@ def test_alert_settings_are_accepted_or_refused_typed(env: str, value: Any) -> N
             assert rule.burn_usd_per_min is None or 0 <= rule.burn_usd_per_min <= 1e9
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "9" * 400, "0", "-1", "abc"])
+def test_the_dashboards_sweep_setting_is_refused_typed(
+        value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("starlette")
+    from coordinator.dashboard.command import sweep_from_env
+
+    monkeypatch.setenv("BUDGET_DASHBOARD_SWEEP_S", value)
+    with pytest.raises(InvalidConfigError, match="BUDGET_DASHBOARD_SWEEP_S"):
+        sweep_from_env()
+
+
+@pytest.mark.parametrize("port", ["9" * 400, "70000", "0", "-1", "http"])
+def test_python_m_dashboard_refuses_a_bad_port_with_exit_2(
+        port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("starlette")
+    from coordinator.dashboard.command import main as dashboard_main
+
+    with pytest.raises(SystemExit) as exited:
+        dashboard_main(["--port", port])
+    assert exited.value.code == 2
+    assert "--port" in capsys.readouterr().err
+
+
 SETTINGS = ("lease_ms", "retention_s", "hot_timeout_ms", "long_timeout_ms",
             "probe_interval_ms", "replicas", "wait_timeout_ms")
 

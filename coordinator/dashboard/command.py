@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
 import sys
 import threading
 from collections.abc import Sequence
 
+from ..errors import InvalidConfigError
 from ..runtime.coordinator import Coordinator
 from ..runtime.settings import default_url
 from ..store.dashboard_index import DashboardIndex
@@ -43,6 +45,29 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def sweep_from_env() -> float:
+    """``BUDGET_DASHBOARD_SWEEP_S`` (5 by default): seconds from 0.1 to 3600 between the
+    indexer's sweeps; InvalidConfigError otherwise."""
+    text = os.environ.get("BUDGET_DASHBOARD_SWEEP_S") or "5"
+    try:
+        sweep = float(text)
+    except ValueError:
+        sweep = math.nan
+    if not 0.1 <= sweep <= 3600:  # (NaN fails it)
+        raise InvalidConfigError("dashboard setting", [{
+            "loc": ("BUDGET_DASHBOARD_SWEEP_S",), "input": text,
+            "msg": "must be a number of seconds from 0.1 to 3600"}])
+    return sweep
+
+
+def _port(text: str) -> int:
+    """A ``--port``: an integer from 1 to 65535."""
+    port = int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a port from 1 to 65535")
+    return port
+
+
 def _tenants(tenants: Sequence[str] | None) -> list[str]:
     if tenants is not None:
         return list(tenants)
@@ -62,7 +87,7 @@ def run_alerts(redis_url: str | None = None, *, tenants: Sequence[str] | None = 
     views = {t: DashboardReads(c.client, c.keyspace, ROW_FIELDS) for t, c in coords.items()}
     hooks = webhooks_from_env()
     notifier = Notifier(hooks) if hooks else None
-    sweep_s = float(os.environ.get("BUDGET_DASHBOARD_SWEEP_S") or 5.0)
+    sweep_s = sweep_from_env()
     indexers = {t: Indexer(DashboardIndex(c.client, c.keyspace), rules=rules_from_env(),
                            notifier=notifier, sweep_s=sweep_s, retention_s=c.retention_s)
                 for t, c in coords.items()}
@@ -104,7 +129,7 @@ def serve(redis_url: str | None = None, host: str = DEFAULT_HOST, port: int = DE
     url = redis_url or default_url()
     coords = {t: Coordinator.from_url(url, tenant=t) for t in _tenants(tenants)}
     app = create_app(coords, auth, alert_rules=rules_from_env(), webhooks=webhooks_from_env(),
-                     sweep_s=float(os.environ.get("BUDGET_DASHBOARD_SWEEP_S") or 5.0))
+                     sweep_s=sweep_from_env())
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=2)
 
 
@@ -123,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--redis", default=None, help="Redis URL (default: BUDGET_REDIS_URL, "
                         "REDIS_URL, redis://localhost:6379/0)")
     parser.add_argument("--host", default=DEFAULT_HOST)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT)
     args = parser.parse_args(argv)
     try:
         serve(args.redis, args.host, args.port)
