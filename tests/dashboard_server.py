@@ -81,7 +81,7 @@ def dashboard(redis_url: str, *, host: str = "127.0.0.1", auth: bool = True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     http = Http(f"http://127.0.0.1:{port}")
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # a process start on a loaded CI machine
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"dashboard exited: {proc.stdout.read().decode()}")  # type: ignore[union-attr]
