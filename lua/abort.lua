@@ -1,12 +1,12 @@
 -- abort.lua: stop a context, and with it its whole subtree, durably.
 --
--- KEYS[1]     bc:{R}:ctx:<id>    hash    the context to stop
--- KEYS[2]     bc:{R}:events:<id> list    its SafetyEvents
--- ARGV[1]     reason: 'aborted' (explicit abort) or 'timeout' (a local deadline timer)
--- ARGV[2]     detail (free text)
--- ARGV[3]     abort channel (pub/sub, not a key)
--- ARGV[4]     root id
--- ARGV[5]     context id
+-- KEYS[1]     ctx  bc:{R}:ctx:<id>    hash    the context to stop
+-- KEYS[2]     events  bc:{R}:events:<id> list    its SafetyEvents
+-- ARGV[1]     reason  reason: 'aborted' (explicit abort) or 'timeout' (a local deadline timer)
+-- ARGV[2]     detail  detail (free text)
+-- ARGV[3]     abort_channel  abort channel (pub/sub, not a key)
+-- ARGV[4]     root  root id
+-- ARGV[5]     ctx_id  context id
 --
 -- Descendants are not touched: every reserve checks every level of its path, so a stopped
 -- ancestor halts the whole subtree. A 'timeout' is only applied when the context's deadline

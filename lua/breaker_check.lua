@@ -2,16 +2,17 @@
 -- process naming it? Takes the single HALF_OPEN probe when the recovery timeout has passed,
 -- and renews the liveness lease of a probe while its holder runs it.
 --
--- KEYS[1]  bc:{brk:<name>}:state  hash  state (CLOSED | OPEN | HALF_OPEN; absent = CLOSED),
+-- KEYS[1]  state  bc:{brk:<name>}:state  hash  state (CLOSED | OPEN | HALF_OPEN; absent = CLOSED),
 --                                       failures, opened_ms, probe (holder id), probe_until
 --                                       (its lease), past (holders whose lease lapsed, comma
 --                                       separated: their outcome still counts)
--- ARGV[1]  'check' (may take the probe), 'peek' (read only) or 'renew' (extend the lease of
+-- ARGV[1]  mode  'check' (may take the probe), 'peek' (read only) or 'renew' (extend the lease of
 --          the probe ARGV[3] holds)
--- ARGV[2]  recovery timeout in ms (how long the breaker stays OPEN)
--- ARGV[3]  holder id for the probe (fresh per check; ignored by 'peek')
--- ARGV[4]  idle ttl in ms of the state hash
--- ARGV[5]  probe lease in ms: a probe whose holder stops renewing it (it died) is handed to
+-- ARGV[2]  recovery_ms  recovery timeout in ms (how long the breaker stays OPEN)
+-- ARGV[3]  holder  holder id for the probe (fresh per check; ignored by 'peek')
+-- ARGV[4]  ttl_ms  idle ttl in ms of the state hash
+-- ARGV[5]  probe_lease_ms  probe lease in ms: a probe whose holder stops renewing it (it died) is
+--          handed to
 --          the next caller once its lease has run out
 --
 -- A failures, opened_ms or probe_until that is not a canonical integer opens the breaker

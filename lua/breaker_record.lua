@@ -1,10 +1,11 @@
 -- breaker_record.lua: the outcome of a call that a circuit breaker let through.
 --
--- KEYS[1]  bc:{brk:<name>}:state  hash (see breaker_check.lua)
--- ARGV[1]  'success', 'failure', or 'release' (the probe was taken but the call never ran)
--- ARGV[2]  failure threshold: consecutive failures that open a CLOSED breaker
--- ARGV[3]  probe holder id this caller took with breaker_check ('' if none)
--- ARGV[4]  idle ttl in ms of the state hash
+-- KEYS[1]  state  bc:{brk:<name>}:state  hash (see breaker_check.lua)
+-- ARGV[1]  outcome  'success', 'failure', or 'release' (the probe was taken but the call never
+--          ran)
+-- ARGV[2]  threshold  failure threshold: consecutive failures that open a CLOSED breaker
+-- ARGV[3]  holder  probe holder id this caller took with breaker_check ('' if none)
+-- ARGV[4]  ttl_ms  idle ttl in ms of the state hash
 --
 -- A probe's outcome counts while the breaker is HALF_OPEN, even when its lease lapsed and
 -- the probe passed to another caller: its success closes the breaker for everyone, its

@@ -1,13 +1,13 @@
 -- close.lua: end a context's life, record its summary, and start its retention clock.
 --
--- KEYS[1]     bc:{R}:ctx:<id>     hash    the context
--- KEYS[2]     bc:{R}:nodes:<id>   list    its node records
--- KEYS[3]     bc:{R}:events:<id>  list    its SafetyEvents (the summary is appended here)
--- KEYS[4..]   its other keys to expire with it: bc:{R}:kids:<id>, its context data
+-- KEYS[1]     ctx  bc:{R}:ctx:<id>     hash    the context
+-- KEYS[2]     nodes  bc:{R}:nodes:<id>   list    its node records
+-- KEYS[3]     events  bc:{R}:events:<id>  list    its SafetyEvents (the summary is appended here)
+-- KEYS[4..]   others{key}  its other keys to expire with it: bc:{R}:kids:<id>, its context data
 --             (bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id>); for a root also
 --             bc:{R}:res, bc:{R}:leases, bc:{R}:ledger, bc:{R}:done, bc:{R}:fin,
 --             bc:{R}:checkpoints, bc:{R}:chain
--- ARGV[1]     retention in seconds
+-- ARGV[1]     retention_s  retention in seconds
 --
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
 -- later reserves in it and below it halt. The context_summary SafetyEvent states spend,

@@ -1,15 +1,17 @@
 -- data_merge.lua: merge a child's own data into its parent's, atomically, with a policy.
 --
--- KEYS[1]     bc:{R}:ctx:<parent>    hash  the parent (a closed one refuses the merge)
--- KEYS[2]     bc:{R}:data:<parent>   hash  the parent's data
--- KEYS[3]     bc:{R}:dmeta:<parent>  hash  its size ('bytes') and merge counter ('merges')
--- KEYS[4]     bc:{R}:data:<child>    hash  the child's own data (read only; the child may
+-- KEYS[1]     parent_ctx  bc:{R}:ctx:<parent>    hash  the parent (a closed one refuses the merge)
+-- KEYS[2]     parent_data  bc:{R}:data:<parent>   hash  the parent's data
+-- KEYS[3]     parent_dmeta  bc:{R}:dmeta:<parent>  hash  its size ('bytes') and merge counter
+--             ('merges')
+-- KEYS[4]     child_data  bc:{R}:data:<child>    hash  the child's own data (read only; the child
+--             may
 --                                          be stopped or closed)
--- ARGV[1]     policy: keep_existing (the parent's value stays; keys it lacks are added),
+-- ARGV[1]     policy  policy: keep_existing (the parent's value stays; keys it lacks are added),
 --             overwrite (the child's value wins) or merge (deep merge, data_lib.lua)
--- ARGV[2]     the most bytes one JSON value may hold
--- ARGV[3]     the most bytes the parent's data may hold
--- ARGV[4..]   the child's keys to merge (none: all of them)
+-- ARGV[2]     max_value_bytes  the most bytes one JSON value may hold
+-- ARGV[3]     max_bytes  the most bytes the parent's data may hold
+-- ARGV[4..]   merged{key}  the child's keys to merge (none: all of them)
 --
 -- Nothing is written unless every merged value and the parent's data fit.
 -- Returns {1, merge number (1 for the parent's first merge), bytes after,

@@ -1,10 +1,12 @@
 -- data_read.lua: read a context's data through its isolation level, in one round trip.
 --
--- KEYS[1]     bc:{R}:data:<id>   the context's own data, KEYS[2] bc:{R}:dmeta:<id> its
---             record, KEYS[3] bc:{R}:dview:<id> its frozen view (see data_lib.lua);
--- KEYS[4..]   the same 3 keys for its parent, then each ancestor up to the root
--- ARGV[1]     'get' (ARGV[2] the key), 'all' (every key the context sees) or 'local'
---             (its own data only)
+-- KEYS[1..]   levels{data, dmeta, dview}  per level, the context's own first, then its
+--             parent, then each ancestor up to the root: bc:{R}:data:<id> its data,
+--             bc:{R}:dmeta:<id> its record, bc:{R}:dview:<id> its frozen view (see
+--             data_lib.lua)
+-- ARGV[1]     mode  'get', 'all' (every key the context sees) or 'local' (its own data only)
+-- get:
+--   ARGV[2]   key  the key
 --
 -- Returns for 'get': {1, JSON, level} (level 0 = its own data, n = n levels up, the
 -- frozen view of an isolated level counting one above it) or {0};

@@ -1,8 +1,8 @@
 -- data_snapshot.lua: the data stack a context sees, read atomically (checkpoints).
 --
--- KEYS[1]     bc:{R}:ctx:<id> the context, KEYS[2] bc:{R}:data:<id>, KEYS[3]
---             bc:{R}:dmeta:<id>, KEYS[4] bc:{R}:dview:<id>;
--- KEYS[5..]   the same 4 keys for its parent, then each ancestor up to the root
+-- KEYS[1..]   levels{ctx, data, dmeta, dview}  per level, the context's own first, then its
+--             parent, then each ancestor up to the root: bc:{R}:ctx:<id> the context,
+--             bc:{R}:data:<id>, bc:{R}:dmeta:<id>, bc:{R}:dview:<id>
 -- ARGV        none
 --
 -- The walk stops where the context's sight stops (a sandboxed level, or an isolated one,

@@ -1,11 +1,12 @@
 -- data_write.lua: set and delete keys of a context's own data, atomically, within limits.
 --
--- KEYS[1]     bc:{R}:ctx:<id>    hash  the context (a closed one refuses writes)
--- KEYS[2]     bc:{R}:data:<id>   hash  its data: key -> JSON
--- KEYS[3]     bc:{R}:dmeta:<id>  hash  'bytes': the size of its data (keys + JSON)
--- ARGV[1]     the most bytes the context's data may hold
--- ARGV[2]     n, the number of keys to set
--- ARGV[3..]   n pairs key, JSON; then the keys to delete
+-- KEYS[1]     ctx  bc:{R}:ctx:<id>    hash  the context (a closed one refuses writes)
+-- KEYS[2]     data  bc:{R}:data:<id>   hash  its data: key -> JSON
+-- KEYS[3]     dmeta  bc:{R}:dmeta:<id>  hash  'bytes': the size of its data (keys + JSON)
+-- ARGV[1]     max_bytes  the most bytes the context's data may hold
+-- ARGV[2]     n_sets  n, the number of keys to set
+-- ARGV[3..]   sets{key, value}  n pairs: key, JSON
+-- ARGV[3+2n..] deletes{key}  the keys to delete
 --
 -- Keys and values were checked by the client (length, JSON, size of one value). Either
 -- everything is written or nothing is.

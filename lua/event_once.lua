@@ -2,12 +2,12 @@
 -- refused for a reason the context already recorded add only their node record (the
 -- reference ExecutionContext de-duplicates its chain events the same way).
 --
--- KEYS[1]  bc:{R}:ctx:<id>     hash    the context; field ev:<reason> marks a reason
+-- KEYS[1]  ctx  bc:{R}:ctx:<id>     hash    the context; field ev:<reason> marks a reason
 --                                      recorded (stop_level in lib.lua sets it too)
--- KEYS[2]  bc:{R}:events:<id>  list    SafetyEvents of the context
--- ARGV[1]  the stop reason (the event's event_type)
--- ARGV[2]  the SafetyEvent JSON
--- ARGV[3]  event list cap (lib.lua append_capped)
+-- KEYS[2]  events  bc:{R}:events:<id>  list    SafetyEvents of the context
+-- ARGV[1]  reason  the stop reason (the event's event_type)
+-- ARGV[2]  event  the SafetyEvent JSON
+-- ARGV[3]  cap  event list cap (lib.lua append_capped)
 --
 -- Returns 1 when the event was appended, 0 when the reason was already recorded. A
 -- context whose hash is gone (expired) gets the event without a mark.

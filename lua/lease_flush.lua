@@ -1,26 +1,29 @@
 -- lease_flush.lua: write behind what the calls served from a slice spent (one batch), and
 -- with the last flush return what the slice did not use.
 --
--- KEYS[1]     bc:{R}:res      hash  open reservations (the slice's record)
--- KEYS[2]     bc:{R}:leases   zset  reservation leases
--- KEYS[3]     bc:{R}:nodes:<c> list   node records of the slice's context
--- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
--- KEYS[5..]   per level of the slice's path, root first, two keys:
+-- KEYS[1]     res  bc:{R}:res      hash  open reservations (the slice's record)
+-- KEYS[2]     leases  bc:{R}:leases   zset  reservation leases
+-- KEYS[3]     nodes  bc:{R}:nodes:<c> list   node records of the slice's context
+-- KEYS[4]     ledger  bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
+-- KEYS[5..]   levels{ctx, events}  per level of the slice's path, root first, two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
--- KEYS[last - 1]  bc:{R}:slices set  the slice ids of the tree now open
--- KEYS[last]      bc:{R}:fin   zset  finished reservation ids (a slice charged as used at
+-- KEYS[last - 1]  slices  bc:{R}:slices set  the slice ids of the tree now open
+-- KEYS[last]      fin  bc:{R}:fin   zset  finished reservation ids (a slice charged as used at
 --                 its expiry is there: lease_return.lua; one given back, as 'r:<slice id>')
--- ARGV[1]     slice id
--- ARGV[2]     abort channel (pub/sub, not a key)
--- ARGV[3]     ledger channel (pub/sub, not a key)
--- ARGV[4]     node list cap (lib.lua append_capped)
--- ARGV[5]     '1': return the rest of the slice (its record goes); '0': keep it
--- ARGV[6]     path ids, comma-separated, root first (the levels in KEYS)
--- ARGV[7]     batch number (increasing per slice: a batch already applied is skipped)
--- ARGV[8]     n, the number of node records; ARGV[9] m, the number of events
--- ARGV[10..]  n node records (JSON), then m SafetyEvents (JSON) of the slice's context
---             (each node counted on the path's hashes: lib.lua count_call)
--- ARGV[rest]  pairs: dimension, amount spent by the batch (integers >= 0; 'steps' counts
+-- ARGV[1]     slice_id  slice id
+-- ARGV[2]     abort_channel  abort channel (pub/sub, not a key)
+-- ARGV[3]     ledger_channel  ledger channel (pub/sub, not a key)
+-- ARGV[4]     node_cap  node list cap (lib.lua append_capped)
+-- ARGV[5]     give_back  '1': return the rest of the slice (its record goes); '0': keep it
+-- ARGV[6]     path  path ids, comma-separated, root first (the levels in KEYS)
+-- ARGV[7]     batch  batch number (increasing per slice: a batch already applied is skipped)
+-- ARGV[8]     n_nodes  n, the number of node records
+-- ARGV[9]     n_events  m, the number of events
+-- ARGV[10..]  node_records{node}  n node records (JSON) of the slice's context (each
+--             node counted on the path's hashes: lib.lua count_call)
+-- ARGV[10+n..] events{event}  m SafetyEvents (JSON) of the slice's context
+-- ARGV[rest]  spent{dim, amount}  pairs: dimension, amount spent by the batch (integers >= 0;
+--             'steps' counts
 --             the calls that completed, 'retries' those that failed)
 --
 -- The batch is charged at every level (lib.lua finish: ceilings reached stop their level

@@ -5,22 +5,22 @@
 -- back. A slice taken with LeasePolicy(return_on_expiry=True) (record field r = 1) gives
 -- every unflushed amount back instead.
 --
--- KEYS[1]     bc:{R}:res      hash  open reservations (the slice's record)
--- KEYS[2]     bc:{R}:leases   zset  reservation leases
--- KEYS[3]     bc:{R}:nodes:<c> list   node records of the slice's context
--- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
--- KEYS[5..]   per level of the slice's path, root first, two keys:
+-- KEYS[1]     res  bc:{R}:res      hash  open reservations (the slice's record)
+-- KEYS[2]     leases  bc:{R}:leases   zset  reservation leases
+-- KEYS[3]     nodes  bc:{R}:nodes:<c> list   node records of the slice's context
+-- KEYS[4]     ledger  bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
+-- KEYS[5..]   levels{ctx, events}  per level of the slice's path, root first, two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
--- KEYS[last - 1]  bc:{R}:slices set  the slice ids of the tree now open
--- KEYS[last]      bc:{R}:fin   zset  finished reservation ids by Redis ms: a slice charged
+-- KEYS[last - 1]  slices  bc:{R}:slices set  the slice ids of the tree now open
+-- KEYS[last]      fin  bc:{R}:fin   zset  finished reservation ids by Redis ms: a slice charged
 --                 as used is added, so a late flush of it (its process was only slow)
 --                 charges nothing twice
--- ARGV[1]     slice id
--- ARGV[2]     node record of the reclaim (JSON, status 'halted'; its cost_usd is set here
+-- ARGV[1]     slice_id  slice id
+-- ARGV[2]     node  node record of the reclaim (JSON, status 'halted'; its cost_usd is set here
 --             to the USD charged)
--- ARGV[3]     node list cap (lib.lua append_capped)
--- ARGV[4]     abort channel (pub/sub, not a key)
--- ARGV[5]     ledger channel (pub/sub, not a key)
+-- ARGV[3]     node_cap  node list cap (lib.lua append_capped)
+-- ARGV[4]     abort_channel  abort channel (pub/sub, not a key)
+-- ARGV[5]     ledger_channel  ledger channel (pub/sub, not a key)
 --
 -- The charge is lib.lua's finish: levels that reach a ceiling stop. A slice_expired
 -- SafetyEvent on the slice's context names the slice and what was charged (or returned).

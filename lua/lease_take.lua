@@ -1,24 +1,28 @@
 -- lease_take.lua: take a slice of budget for one process (lease mode), held at every
 -- level of the path exactly like a reservation, or refuse it.
 --
--- KEYS[1]     bc:{R}:res      hash  reservation id -> its record (the slice's record too)
--- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
--- KEYS[3]     bc:{R}:slices   set   the slice ids of the tree now open
--- KEYS[4]     bc:{R}:lessees  zset  who asked for a slice lately (slice owner -> until ms)
--- KEYS[5..]   per level of the path, root first, caller last: bc:{R}:ctx:<id> (hash)
--- ARGV[1]     slice id (a reservation id starting with 'slice:')
--- ARGV[2]     lease length in ms (its expiry; renewed while the process lives)
--- ARGV[3]     path ids, comma-separated, root first (the levels in KEYS)
--- ARGV[4]     share divisor: a slice takes at most (what remains) / (divisor * n) of a
+-- KEYS[1]     res  bc:{R}:res      hash  reservation id -> its record (the slice's record too)
+-- KEYS[2]     leases  bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
+-- KEYS[3]     slices  bc:{R}:slices   set   the slice ids of the tree now open
+-- KEYS[4]     lessees  bc:{R}:lessees  zset  who asked for a slice lately (slice owner -> until
+--             ms)
+-- KEYS[5..]   levels{ctx}  per level of the path, root first, caller last: bc:{R}:ctx:<id> (hash)
+-- ARGV[1]     slice_id  slice id (a reservation id starting with 'slice:')
+-- ARGV[2]     lease_ms  lease length in ms (its expiry; renewed while the process lives)
+-- ARGV[3]     path  path ids, comma-separated, root first (the levels in KEYS)
+-- ARGV[4]     share_divisor  share divisor: a slice takes at most (what remains) / (divisor * n)
+--             of a
 --             limited dimension, n being the owners that asked for a slice lately (this
 --             one included, granted or refused: a process refused counts, so that the
 --             others' next slices leave it room)
--- ARGV[5]     the slice owner (one per process and context)
--- ARGV[6]     how long an owner counts after asking, in ms
--- ARGV[7]     '1': at its expiry the slice gives back what was not flushed (record
+-- ARGV[5]     owner  the slice owner (one per process and context)
+-- ARGV[6]     owner_ms  how long an owner counts after asking, in ms
+-- ARGV[7]     return_on_expiry  '1': at its expiry the slice gives back what was not flushed
+--             (record
 --             field r = 1, LeasePolicy.return_on_expiry); '0': that part is charged as
 --             used (lease_return.lua)
--- ARGV[8..]   triples: dimension, amount wanted, least amount worth taking (integers)
+-- ARGV[8..]   wants{dim, amount, least}  triples: dimension, amount wanted, least amount worth
+--             taking (integers)
 --
 -- A level that is not running (or holds a corrupt number), past its deadline, or that cannot spare the least amount
 -- of a dimension refuses the slice and changes nothing (the caller then takes a strict

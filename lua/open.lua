@@ -1,17 +1,22 @@
 -- open.lua: create a context, root or child, with tightest-bound inheritance.
 --
--- KEYS[1]     bc:{R}:ctx:<id>      hash  the new context
--- KEYS[2]     bc:{R}:kids:<parent> set   the parent's children (for a root: bc:{R}:kids:<id>)
--- KEYS[3..]   bc:{R}:ctx:<a>       hash  the ancestors, root first, parent last (none for a root)
--- ARGV[1]     context id            ARGV[2] parent id ('' for a root)
--- ARGV[3]     path ids, comma-separated, root first, ending with this id
--- ARGV[4]     request id            ARGV[5] metadata (JSON)
--- ARGV[6]     requested limits (JSON, for the record)
--- ARGV[7]     timeout ms from now (0 = none)
--- ARGV[8]     absolute deadline, Unix ms (0 = none)
--- ARGV[9]     n, then n field/value pairs the new hash gets with it (a root's quota
+-- KEYS[1]     ctx  bc:{R}:ctx:<id>      hash  the new context
+-- KEYS[2]     kids  bc:{R}:kids:<parent> set   the parent's children (for a root:
+--             bc:{R}:kids:<id>)
+-- KEYS[3..]   ancestors{ctx}  bc:{R}:ctx:<a>       hash  the ancestors, root first, parent last
+--             (none for a root)
+-- ARGV[1]     ctx_id  context id
+-- ARGV[2]     parent_id  parent id ('' for a root)
+-- ARGV[3]     path  path ids, comma-separated, root first, ending with this id
+-- ARGV[4]     request_id  request id
+-- ARGV[5]     meta  metadata (JSON)
+-- ARGV[6]     requested  requested limits (JSON, for the record)
+-- ARGV[7]     timeout_ms  timeout ms from now (0 = none)
+-- ARGV[8]     deadline_ms  absolute deadline, Unix ms (0 = none)
+-- ARGV[9]     n_fields  n, the number of field/value pairs below
+-- ARGV[10..]   fields{field, value}  n field/value pairs the new hash gets with it (a root's quota
 --             buckets, quotas/keeper.py: there before any reserve can see the root)
--- ARGV[10+2n..] triples: dimension, mode, value, where mode is
+-- ARGV[10+2n..] limits{dim, mode, value}  triples: dimension, mode, value, where mode is
 --               'set'       an explicit limit; consumable dimensions are clamped to what
 --                           remains above (limit - used - held, the least over ancestors)
 --               'remaining' what remains above (no limit if no ancestor limits it)

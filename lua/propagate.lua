@@ -3,19 +3,20 @@
 -- every level of the path, and each level that reaches a ceiling is stopped (its event
 -- recorded and the stop broadcast). Nothing is held and no step is counted.
 --
--- KEYS[1]     bc:{R}:done          hash    charge id -> 'propagated' (a repeated charge,
+-- KEYS[1]     done  bc:{R}:done          hash    charge id -> 'propagated' (a repeated charge,
 --                                          e.g. resent after a lost reply, changes nothing)
--- KEYS[2]     bc:{R}:nodes:<c>     list    node records of the charged context
--- KEYS[3]     bc:{R}:ledger        stream  TokenLedgerUpdated events of the tree
--- KEYS[4..]   per level of the path, root first, two keys: bc:{R}:ctx:<id> (hash) and
+-- KEYS[2]     nodes  bc:{R}:nodes:<c>     list    node records of the charged context
+-- KEYS[3]     ledger  bc:{R}:ledger        stream  TokenLedgerUpdated events of the tree
+-- KEYS[4..]   levels{ctx, events}  per level of the path, root first, two keys: bc:{R}:ctx:<id>
+--             (hash) and
 --             bc:{R}:events:<id> (list of SafetyEvents)
--- ARGV[1]     charge id
--- ARGV[2]     path ids, comma-separated, root first (same order as the levels in KEYS)
--- ARGV[3]     abort channel (pub/sub, not a key)
--- ARGV[4]     ledger channel (pub/sub, not a key)
--- ARGV[5]     node record (JSON, appended to KEYS[2])
--- ARGV[6]     node list cap (lib.lua append_capped)
--- ARGV[7..]   pairs: dimension, amount (integers > 0)
+-- ARGV[1]     charge_id  charge id
+-- ARGV[2]     path  path ids, comma-separated, root first (same order as the levels in KEYS)
+-- ARGV[3]     abort_channel  abort channel (pub/sub, not a key)
+-- ARGV[4]     ledger_channel  ledger channel (pub/sub, not a key)
+-- ARGV[5]     node  node record (JSON, appended to KEYS[2])
+-- ARGV[6]     node_cap  node list cap (lib.lua append_capped)
+-- ARGV[7..]   amounts{dim, amount}  pairs: dimension, amount (integers > 0)
 --
 -- Every level is checked before anything is written (see finish in lib.lua).
 -- Returns {0} when the charge id was already applied; {-1, level} when a level of the

@@ -4,8 +4,9 @@
 -- returns the same amounts. The grant id is marked ended (q<i>:x:<id>), so that a late
 -- quota_grant.lua never starts it.
 --
--- KEYS[1]  bc:{R}:ctx:<root>  hash  the tree's root
--- ARGV[1]  i, the bucket's index; ARGV[2] the grant id to end
+-- KEYS[1]  root  bc:{R}:ctx:<root>  hash  the tree's root
+-- ARGV[1]  index  i, the bucket's index
+-- ARGV[2]  grant_id  the grant id to end
 --
 -- Returns {1, 'usd', n, 'calls', n, 'tok', n} the grant's consumption (0 for a grant that
 -- never started here: now it never will); {2} unknown (the root is gone, a counter of

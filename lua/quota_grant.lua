@@ -1,11 +1,13 @@
 -- quota_grant.lua: put a grant taken from a quota (quota_take.lua) into the tree's root
 -- hash, where the tree's reserves draw from it (lib.lua quota_state; docs/quotas.md).
 --
--- KEYS[1]  bc:{R}:ctx:<root>  hash  the tree's root
--- ARGV[1]  i, the bucket's index; ARGV[2] grant id ('-': the rule is gone, calls no
---          longer draw from this bucket); ARGV[3] window id; ARGV[4] window end ms
---          (0: never)
--- ARGV[5..] pairs: dimension, granted (cumulative, the grant's whole amount)
+-- KEYS[1]  root  bc:{R}:ctx:<root>  hash  the tree's root
+-- ARGV[1]  index  i, the bucket's index
+-- ARGV[2]  grant_id  grant id ('-': the rule is gone, calls no longer draw from this bucket)
+-- ARGV[3]  window  window id
+-- ARGV[4]  end_ms  window end ms (0: never)
+-- ARGV[5..] amounts{dim, granted}  pairs: dimension, granted (cumulative, the grant's whole
+--           amount)
 --
 -- The live grant grows to what was granted; when the bucket has no live grant, this one
 -- starts with nothing spent or held (dimensions not in the pairs are not limited).

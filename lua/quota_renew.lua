@@ -2,11 +2,12 @@
 -- trees spent so far from "held in grants" to "spent" in their buckets, so that a
 -- bucket's spend shows while its trees run (docs/quotas.md). Runs on the rule's slot.
 --
--- KEYS[1]  bc:{qr:<rule>}:expiry   zset  member -> lease expiry (Redis ms)
--- KEYS[2]  bc:{qr:<rule>}:grants   hash  member -> grant record (JSON)
--- KEYS[3..] per grant below: bc:{qr:<rule>}:b:<w>:<b>, its bucket's window (hash)
--- ARGV[1]  lease ms
--- ARGV[2..] per grant, five: member, grant id, then what its tree spent of it so far
+-- KEYS[1]  expiry  bc:{qr:<rule>}:expiry   zset  member -> lease expiry (Redis ms)
+-- KEYS[2]  grants  bc:{qr:<rule>}:grants   hash  member -> grant record (JSON)
+-- KEYS[3..] buckets{bucket}  per grant below: bc:{qr:<rule>}:b:<w>:<b>, its bucket's window (hash)
+-- ARGV[1]  lease_ms  lease ms
+-- ARGV[2..] grants{member, grant_id, usd, calls, tok}  per grant, five: member, grant id, then
+--           what its tree spent of it so far
 --          in usd, calls, tok (q<i>:u:<dim>; -1 when unknown: nothing is moved)
 --
 -- A grant no longer there (ended) is not renewed. The record's b (spend already moved)

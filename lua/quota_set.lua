@@ -1,12 +1,14 @@
 -- quota_set.lua: create, change or delete a quota rule, with its audit event, in one
 -- step on the rule's slot (docs/quotas.md).
 --
--- KEYS[1]  bc:{qr:<rule>}:rule   hash    v (version), l:<dim> limits, def (the rule JSON)
--- KEYS[2]  bc:{qr:<rule>}:audit  stream  who changed what: actor, action, before, after
--- ARGV[1]  'set' or 'delete'; ARGV[2] actor; ARGV[3] the rule's JSON without its version
---          (set; '' for delete); ARGV[4] audit stream cap (approximate MAXLEN)
--- ARGV[5]  the match of the rule as JSON (set: a change may not alter it)
--- ARGV[6..] pairs: dimension (usd, calls, tok), limit (integers >= 0) (set)
+-- KEYS[1]  rule  bc:{qr:<rule>}:rule   hash    v (version), l:<dim> limits, def (the rule JSON)
+-- KEYS[2]  audit  bc:{qr:<rule>}:audit  stream  who changed what: actor, action, before, after
+-- ARGV[1]  action  'set' or 'delete'
+-- ARGV[2]  actor  actor
+-- ARGV[3]  rule  the rule's JSON without its version (set; '' for delete)
+-- ARGV[4]  audit_cap  audit stream cap (approximate MAXLEN)
+-- ARGV[5]  match  the match of the rule as JSON (set: a change may not alter it)
+-- ARGV[6..] limits{dim, limit}  pairs: dimension (usd, calls, tok), limit (integers >= 0) (set)
 --
 -- Returns {1, version} when stored; {0, 'missing'} when deleting a rule that does not
 -- exist; {0, 'match', old_match} when a set would change an existing rule's match.

@@ -3,13 +3,15 @@
 -- returns (docs/quotas.md). Runs on the rule's slot. Idempotent. What quota_renew.lua
 -- already moved to the bucket's spend (the record's b) is not counted again.
 --
--- KEYS[1]  bc:{qr:<rule>}:b:<w>:<b>  hash  the window's s:<dim> spent, g:<dim> in grants
--- KEYS[2]  bc:{qr:<rule>}:grants     hash  member -> grant record (JSON)
--- KEYS[3]  bc:{qr:<rule>}:expiry     zset  member -> lease expiry
--- ARGV[1]  member; ARGV[2] the grant id that ended
--- ARGV[3]  '1': the tree's consumption is unknown (its keys are gone): charge the whole
+-- KEYS[1]  bucket  bc:{qr:<rule>}:b:<w>:<b>  hash  the window's s:<dim> spent, g:<dim> in grants
+-- KEYS[2]  grants  bc:{qr:<rule>}:grants     hash  member -> grant record (JSON)
+-- KEYS[3]  expiry  bc:{qr:<rule>}:expiry     zset  member -> lease expiry
+-- ARGV[1]  member  member
+-- ARGV[2]  grant_id  the grant id that ended
+-- ARGV[3]  unknown  '1': the tree's consumption is unknown (its keys are gone): charge the whole
 --          grant; '0': charge the pairs below
--- ARGV[4..] pairs: dimension (usd, calls, tok), amount consumed (integers >= 0)
+-- ARGV[4..] consumed{dim, amount}  pairs: dimension (usd, calls, tok), amount consumed (integers
+--           >= 0)
 --
 -- Returns 1 when the grant was settled; 0 when it was already (or is another grant).
 

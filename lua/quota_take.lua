@@ -1,23 +1,28 @@
 -- quota_take.lua: a tree takes (or tops up) a grant from one bucket's window of a quota
 -- rule, or is refused (docs/quotas.md). Runs on the rule's slot.
 --
--- KEYS[1]  bc:{qr:<rule>}:rule       hash  v (version), l:<dim> limits (usd, calls, tok)
--- KEYS[2]  bc:{qr:<rule>}:b:<w>:<b>  hash  the window's s:<dim> spent, g:<dim> in grants
--- KEYS[3]  bc:{qr:<rule>}:grants     hash  member -> grant record (JSON)
--- KEYS[4]  bc:{qr:<rule>}:expiry     zset  member -> lease expiry (Redis ms)
--- KEYS[5]  bc:{qr:<rule>}:takers:<w>:<b>  zset  trees that asked lately -> until (ms)
--- KEYS[6]  bc:{qr:<rule>}:w:<w>      set   the window's buckets (what listings read)
--- ARGV[1]  the rule version the caller computed the window with
--- ARGV[2]  window start ms; ARGV[3] window end ms (0: the window never ends)
--- ARGV[4]  Redis ms at which the bucket's window expires (0: never)
--- ARGV[5]  member: '<bucket>|<window>|<root>'; ARGV[6] grant id proposed for a new grant
---          (the bucket's name is the member's part before the first '|')
--- ARGV[7]  root id; ARGV[8] the bucket's index in the tree (its q<i> fields)
--- ARGV[9]  lease ms (the grant is reclaimed when not renewed for that long)
--- ARGV[10] share divisor: a grant takes at most (what remains) / (divisor * n), n the
+-- KEYS[1]  rule  bc:{qr:<rule>}:rule       hash  v (version), l:<dim> limits (usd, calls, tok)
+-- KEYS[2]  bucket  bc:{qr:<rule>}:b:<w>:<b>  hash  the window's s:<dim> spent, g:<dim> in grants
+-- KEYS[3]  grants  bc:{qr:<rule>}:grants     hash  member -> grant record (JSON)
+-- KEYS[4]  expiry  bc:{qr:<rule>}:expiry     zset  member -> lease expiry (Redis ms)
+-- KEYS[5]  takers  bc:{qr:<rule>}:takers:<w>:<b>  zset  trees that asked lately -> until (ms)
+-- KEYS[6]  window_index  bc:{qr:<rule>}:w:<w>      set   the window's buckets (what listings read)
+-- ARGV[1]  version  the rule version the caller computed the window with
+-- ARGV[2]  start_ms  window start ms
+-- ARGV[3]  end_ms  window end ms (0: the window never ends)
+-- ARGV[4]  expire_at_ms  Redis ms at which the bucket's window expires (0: never)
+-- ARGV[5]  member  member: '<bucket>|<window>|<root>' (the bucket's name is the member's part
+--          before the first '|')
+-- ARGV[6]  grant_id  grant id proposed for a new grant
+-- ARGV[7]  root  root id
+-- ARGV[8]  index  the bucket's index in the tree (its q<i> fields)
+-- ARGV[9]  lease_ms  lease ms (the grant is reclaimed when not renewed for that long)
+-- ARGV[10] share_divisor  share divisor: a grant takes at most (what remains) / (divisor * n), n
+--          the
 --          trees that asked lately (this one included), and at least the least amount
--- ARGV[11] how long a tree counts among the takers, in ms
--- ARGV[12..] triples: dimension (usd, calls, tok), amount wanted, least amount
+-- ARGV[11] takers_ms  how long a tree counts among the takers, in ms
+-- ARGV[12..] wants{dim, amount, least}  triples: dimension (usd, calls, tok), amount wanted,
+--            least amount
 --
 -- The sum of spent and in grants never passes a limit: a dimension whose limit cannot
 -- spare the least amount refuses the grant and changes nothing.

@@ -2,13 +2,13 @@
 -- context's hash (lib.lua count_call: n:refused, nr:<reason>, nr_last), and the
 -- chain-level event once per reason per context (as event_once.lua).
 --
--- KEYS[1]  bc:{R}:ctx:<id>      hash    the context of the refused call
--- KEYS[2]  bc:{R}:nodes:<id>    list    its node records
--- KEYS[3]  bc:{R}:events:<id>   list    its SafetyEvents
--- ARGV[1]  the refusal reason (the event's event_type; ev:<reason> marks it recorded)
--- ARGV[2]  the SafetyEvent JSON
--- ARGV[3]  the node record JSON (with a stop_reason)
--- ARGV[4]  node list cap (lib.lua append_capped)
+-- KEYS[1]  ctx  bc:{R}:ctx:<id>      hash    the context of the refused call
+-- KEYS[2]  nodes  bc:{R}:nodes:<id>    list    its node records
+-- KEYS[3]  events  bc:{R}:events:<id>   list    its SafetyEvents
+-- ARGV[1]  reason  the refusal reason (the event's event_type; ev:<reason> marks it recorded)
+-- ARGV[2]  event  the SafetyEvent JSON
+-- ARGV[3]  node  the node record JSON (with a stop_reason)
+-- ARGV[4]  node_cap  node list cap (lib.lua append_capped)
 --
 -- Returns 1 when the event was appended, 0 when the reason was already recorded. A
 -- context whose hash is gone (expired) gets the node and the event, and no counts.

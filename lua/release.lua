@@ -1,24 +1,27 @@
 -- release.lua: a call did not complete; drop its hold, charge what it reported spending,
 -- and (when it failed) count a retry at every level.
 --
--- KEYS[1]     bc:{R}:res      hash  open reservations
--- KEYS[2]     bc:{R}:leases   zset  reservation leases
--- KEYS[3]     bc:{R}:nodes:<c> list   node records of the calling context
--- KEYS[4]     bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
--- KEYS[5..]   per level of the reservation's path, root first (as reserved), two keys:
+-- KEYS[1]     res  bc:{R}:res      hash  open reservations
+-- KEYS[2]     leases  bc:{R}:leases   zset  reservation leases
+-- KEYS[3]     nodes  bc:{R}:nodes:<c> list   node records of the calling context
+-- KEYS[4]     ledger  bc:{R}:ledger   stream TokenLedgerUpdated events of the tree
+-- KEYS[5..]   levels{ctx, events}  per level of the reservation's path, root first (as reserved),
+--             two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
--- KEYS[last-2] bc:{R}:fin     zset  finished reservation ids by Redis ms (capped, lib.lua)
--- KEYS[last-1] bc:{R}:done    hash  keyed reservation id -> how it finished
--- KEYS[last]  bc:{R}:bymodel  hash  micro-USD by '<provider>|<model>' (lib.lua count_model)
--- ARGV[1]     reservation id
--- ARGV[2]     abort channel (pub/sub, not a key)
--- ARGV[3]     node record (JSON, written to KEYS[3] and counted on the path's hashes,
+-- KEYS[last-2] fin  bc:{R}:fin     zset  finished reservation ids by Redis ms (capped, lib.lua)
+-- KEYS[last-1] done  bc:{R}:done    hash  keyed reservation id -> how it finished
+-- KEYS[last]  bymodel  bc:{R}:bymodel  hash  micro-USD by '<provider>|<model>' (lib.lua
+--             count_model)
+-- ARGV[1]     reservation_id  reservation id
+-- ARGV[2]     abort_channel  abort channel (pub/sub, not a key)
+-- ARGV[3]     node  node record (JSON, written to KEYS[3] and counted on the path's hashes,
 --             lib.lua count_call; '' writes none)
--- ARGV[4]     node list cap (lib.lua append_capped)
--- ARGV[5]     ledger channel (pub/sub, not a key)
--- ARGV[6]     'error' (the call raised: count a retry) or 'skip' (it did not fail)
--- ARGV[7]     '1' when the release is late (as in settle.lua)
--- ARGV[8..]   pairs: dimension, amount spent before the failure (integers >= 0)
+-- ARGV[4]     node_cap  node list cap (lib.lua append_capped)
+-- ARGV[5]     ledger_channel  ledger channel (pub/sub, not a key)
+-- ARGV[6]     outcome  'error' (the call raised: count a retry) or 'skip' (it did not fail)
+-- ARGV[7]     late  '1' when the release is late (as in settle.lua)
+-- ARGV[8..]   amounts{dim, amount}  pairs: dimension, amount spent before the failure (integers
+--             >= 0)
 --
 -- Idempotent, checked before it writes, and never silent about a lost reservation, like
 -- settle.lua.

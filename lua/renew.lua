@@ -1,8 +1,8 @@
 -- renew.lua: extend the leases of calls still running in a live process.
 --
--- KEYS[1]     bc:{R}:leases  zset  reservation id by lease expiry (Redis ms)
--- ARGV[1]     lease length in ms
--- ARGV[2..]   reservation ids
+-- KEYS[1]     leases  bc:{R}:leases  zset  reservation id by lease expiry (Redis ms)
+-- ARGV[1]     lease_ms  lease length in ms
+-- ARGV[2..]   ids{reservation_id}  reservation ids
 --
 -- Only ids still leased are extended (ZADD XX): a lease already reaped stays reaped.
 -- Returns the number of leases extended.

@@ -1,11 +1,11 @@
 -- repair.lua: re-validate a context after an operator fixed or reset its fields, and lift
 -- the state_corrupt stop when it is valid again (budgetctl repair, docs/topology.md).
 --
--- KEYS[1]     bc:{R}:ctx:<id>     hash    the context
--- KEYS[2]     bc:{R}:events:<id>  list    its SafetyEvents
--- KEYS[3]     bc:{R}:res          hash    the tree's open reservations and slices
--- ARGV[1]     context id
--- ARGV[2]     who repairs (free text, kept in the state_repaired event)
+-- KEYS[1]     ctx  bc:{R}:ctx:<id>     hash    the context
+-- KEYS[2]     events  bc:{R}:events:<id>  list    its SafetyEvents
+-- KEYS[3]     res  bc:{R}:res          hash    the tree's open reservations and slices
+-- ARGV[1]     ctx_id  context id
+-- ARGV[2]     actor  who repairs (free text, kept in the state_repaired event)
 --
 -- Every number of the hash (limits, counters, holds, deadline, times, depth) must be a
 -- canonical integer (lib.lua, stored_num); so must every amount held by an open record.

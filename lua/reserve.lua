@@ -1,18 +1,19 @@
 -- reserve.lua: hold a call's estimate at every level of its path, or refuse it.
 --
--- KEYS[1]     bc:{R}:res      hash  reservation id -> its record (lib.lua, new_reservation)
--- KEYS[2]     bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
--- KEYS[3..]   per level of the path, root first, caller last, two keys:
+-- KEYS[1]     res  bc:{R}:res      hash  reservation id -> its record (lib.lua, new_reservation)
+-- KEYS[2]     leases  bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
+-- KEYS[3..]   levels{ctx, events}  per level of the path, root first, caller last, two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
--- KEYS[last]  bc:{R}:done     hash  keyed reservation id -> how it finished
--- ARGV[1]     reservation id (the node id)
--- ARGV[2]     lease length in ms
--- ARGV[3]     path ids, comma-separated, root first (same order as the levels in KEYS)
--- ARGV[4]     abort channel (pub/sub, not a key)
--- ARGV[5]     '1' when the id is a call key (the same call replayed, e.g. a redelivered
+-- KEYS[last]  done  bc:{R}:done     hash  keyed reservation id -> how it finished
+-- ARGV[1]     reservation_id  reservation id (the node id)
+-- ARGV[2]     lease_ms  lease length in ms
+-- ARGV[3]     path  path ids, comma-separated, root first (same order as the levels in KEYS)
+-- ARGV[4]     abort_channel  abort channel (pub/sub, not a key)
+-- ARGV[5]     keyed  '1' when the id is a call key (the same call replayed, e.g. a redelivered
 --             task, gets the same id): its outcome ('ok', 'error', 'skip' or 'halted',
 --             lib.lua remembered) is kept in KEYS[last]
--- ARGV[6..]   pairs: dimension, amount (integers; steps 1 is always among them)
+-- ARGV[6..]   amounts{dim, amount}  pairs: dimension, amount (integers; steps 1 is always among
+--             them)
 --
 -- Every level is checked (status, deadline in Redis time, each dimension's limit against
 -- used + held + amount, each token total's limit against the sum of its two directions)

@@ -2,20 +2,24 @@
 -- service, a user or a model), shared by every process. Check-and-add is one atomic step,
 -- so the window is exact under any concurrency.
 --
--- KEYS[1]  bc:{win:<name>:<scope>:<value>}:calls  zset  member '<call id>|<micro-USD>',
+-- KEYS[1]  calls  bc:{win:<name>:<scope>:<value>}:calls  zset  member '<call id>|<micro-USD>',
 --                                                       score = Redis ms it was admitted
--- KEYS[2]  bc:{win:<name>:<scope>:<value>}:usd    string  micro-USD of the members
--- ARGV[1]  'admit' or 'charge'
--- ARGV[2]  window length in ms; an entry counts while now - score < window
--- ARGV[3]  call id
+-- KEYS[2]  usd  bc:{win:<name>:<scope>:<value>}:usd    string  micro-USD of the members
+-- ARGV[1]  mode  'admit' or 'charge'
+-- ARGV[2]  window_ms  window length in ms; an entry counts while now - score < window
+-- ARGV[3]  call_id  call id
 -- admit:
---   ARGV[4]  max calls (0 = no call limit)
---   ARGV[5]  calls already in the window (before this one) from which it degrades
---   ARGV[6]  max micro-USD (0 = none)         ARGV[7]  micro-USD above which it degrades
---   ARGV[8]  the call's estimate in micro-USD (held in the window until charged)
+--   ARGV[4]  max_calls  max calls (0 = no call limit)
+--   ARGV[5]  degrade_calls  calls already in the window (before this one) from which it
+--            degrades
+--   ARGV[6]  max_usd  max micro-USD (0 = none)
+--   ARGV[7]  degrade_usd  micro-USD above which it degrades
+--   ARGV[8]  estimate  the call's estimate in micro-USD (held in the window until charged)
 -- charge:
---   ARGV[4]  micro-USD held at admission      ARGV[5]  actual micro-USD
---   ARGV[6]  max micro-USD (0 = none)         ARGV[7]  micro-USD above which it degrades
+--   ARGV[4]  held  micro-USD held at admission
+--   ARGV[5]  actual  actual micro-USD
+--   ARGV[6]  max_usd  max micro-USD (0 = none)
+--   ARGV[7]  degrade_usd  micro-USD above which it degrades
 --
 -- Returns {code, calls, micro-USD, now_ms, retry_after_ms}: code 0 ALLOW, 1 DEGRADE,
 -- 2 HALT (admit: not added; retry_after_ms is when the oldest entry leaves the window).
