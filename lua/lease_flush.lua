@@ -114,7 +114,7 @@ for i = 10, 9 + n do
     record = string.gsub(record, '"cost_usd": [%d%.eE+-]+', '"cost_usd": 0.0', 1)
   end
   append_capped(nodes_key, ARGV[4], record)
-  count_call(level_keys(5, #part.p), record)
+  count_call(level_keys(5, #part.p), node_record(record))
 end
 for i = 10 + n, 9 + n + m do
   append_capped(events_key, EVENT_STREAM_CAP, ARGV[i])

@@ -358,7 +358,23 @@ local function orphan_event(id, ids, charged, amounts, now, ledger_key, ledger_c
   redis.call('PUBLISH', ledger_channel, event)
 end
 
--- Counts a call from its node record (JSON as Python writes it) on the context hashes of
+-- A node record (JSON, as Python writes it) decoded, {} when it is not a JSON object:
+-- its fields are read from the decoded table, never matched in the text. pcall: a record
+-- arrives after the charge was written, and never makes the script raise.
+local function node_record(json)
+  local ok, node = pcall(cjson.decode, json)
+  if ok and type(node) == 'table' then return node end
+  return {}
+end
+
+-- A record's field when it is a non-empty string (cjson gives JSON null as cjson.null).
+local function text_field(node, name)
+  local v = node[name]
+  if type(v) == 'string' and v ~= '' then return v end
+  return nil
+end
+
+-- Counts a call from its decoded node record (node_record) on the context hashes of
 -- its path, root first (keys): n:<outcome> at every level (subtree included), outcome
 -- being ok, error, interrupted (aborted, timeout, lost) or halted; on its own context
 -- only, n:unreported for a call charged the floor for reporting nothing and, for a node
@@ -370,18 +386,18 @@ local CALL_OUTCOMES = {ok = 'ok', error = 'error', aborted = 'interrupted',
 -- error after the charge was written.
 local function count_call(keys, node)
   local own = keys[#keys]
-  local reason = string.match(node, '"stop_reason": "([^"]+)"')
+  local reason = text_field(node, 'stop_reason')
   if reason then
     redis.pcall('HINCRBY', own, 'n:refused', 1)
     redis.pcall('HINCRBY', own, 'nr:' .. reason, 1)
     redis.call('HSET', own, 'nr_last', reason)
     return
   end
-  local outcome = CALL_OUTCOMES[string.match(node, '"status": "(%a+)"') or '']
+  local outcome = CALL_OUTCOMES[text_field(node, 'status') or '']
   if outcome then
     for _, key in ipairs(keys) do redis.pcall('HINCRBY', key, 'n:' .. outcome, 1) end
   end
-  if string.find(node, '"unreported": true', 1, true) then
+  if node.unreported == true then
     redis.pcall('HINCRBY', own, 'n:unreported', 1)
   end
 end
@@ -397,15 +413,13 @@ end
 -- '<provider>|<model>' of its node record ('-' for a part not named); a call naming
 -- neither adds nothing (the close counts what no field holds as 'unknown'). A corrupt
 -- field stays as it is (pcall: never a script error after the charge was written).
-local function count_model(key, node_json, amounts)
+local function count_model(key, node, amounts)
   local usd = 0
   for i = 1, #amounts, 2 do
     if amounts[i] == 'usd' then usd = tonumber(amounts[i + 1]) end
   end
   if usd <= 0 then return end
-  local node = cjson.decode(node_json)
-  local function part(v) return type(v) == 'string' and v ~= '' and v or nil end
-  local provider, model = part(node.provider), part(node.model)
+  local provider, model = text_field(node, 'provider'), text_field(node, 'model')
   if provider or model then
     redis.pcall('HINCRBY', key, (provider or '-') .. '|' .. (model or '-'), usd)
   end
@@ -424,10 +438,10 @@ end
 -- How a keyed call is remembered for its replays: a step that ended without returning
 -- (it raised an error that is not retryable, hit a limit or was cancelled) as 'halted', so
 -- a replay does not go on as if it had returned. A reaped one ('lost': its worker died)
--- stays 'ok': the replay goes on without running it again.
+-- stays 'ok': the replay goes on without running it again. node: the decoded record.
 local ENDED_WITHOUT_RETURN = {error = true, halted = true, timeout = true, aborted = true}
 local function remembered(outcome, node)
-  if outcome == 'ok' and ENDED_WITHOUT_RETURN[string.match(node, '"status": "(%a+)"') or ''] then
+  if outcome == 'ok' and ENDED_WITHOUT_RETURN[text_field(node, 'status') or ''] then
     return 'halted'
   end
   return outcome
@@ -490,12 +504,13 @@ local function close_reservation(outcome, step, retry, late_at)
     redis.call('ZREM', KEYS[2], id)
     redis.call('ZADD', finished, now, id)
     if now % FINISHED_TRIM_EVERY == 0 then trim_finished(finished, now) end
-    if rec.k then redis.call('HSET', done, id, remembered(outcome, ARGV[3])) end
+    local node = ARGV[3] ~= '' and node_record(ARGV[3]) or {}
+    if rec.k then redis.call('HSET', done, id, remembered(outcome, node)) end
     if code == 4 then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
     if ARGV[3] ~= '' then
       append_capped(KEYS[3], ARGV[4], ARGV[3])
-      count_call(level_keys(first, #rec.p), ARGV[3])
-      count_model(KEYS[#KEYS], ARGV[3], amounts)
+      count_call(level_keys(first, #rec.p), node)
+      count_model(KEYS[#KEYS], node, amounts)
     end
   end
   local out = {code}

@@ -18,7 +18,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   append_capped(KEYS[3], EVENT_STREAM_CAP, ARGV[2])
   return 1
 end
-count_call({KEYS[1]}, ARGV[3])
+count_call({KEYS[1]}, node_record(ARGV[3]))
 if redis.call('HSETNX', KEYS[1], 'ev:' .. ARGV[1], 1) == 0 then return 0 end
 append_capped(KEYS[3], EVENT_STREAM_CAP, ARGV[2])
 return 1

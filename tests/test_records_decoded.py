@@ -1,0 +1,72 @@
+"""Node records cross into the scripts as JSON that the scripts decode (DESIGN.md §13,
+issue #30): a call is counted, and a keyed call remembered, from its record whatever the
+JSON's separators, never by matching the text Python's ``json.dumps`` happens to write."""
+
+from __future__ import annotations
+
+import json
+
+from coordinator import Coordinator, ExecutionConfig, ExecutionContext
+from coordinator.core.keys import KeySpace
+from coordinator.core.paths import Path
+from coordinator.store.tree import Held
+from coordinator.store.wire import Op
+
+KS = KeySpace()
+CONFIG = ExecutionConfig(max_cost_usd=10.0, max_steps=1000, max_retries_total=10)
+COMPACT = (",", ":")
+
+
+def settle(coord: Coordinator, path: Path, rid: str, node_json: str) -> list[object]:
+    """settle.lua of ``rid`` at $0.001 with ``node_json`` as its record, as sent."""
+    root, cid = path.root, path.ctx_id
+    keys = [KS.reservations(root), KS.leases(root), KS.nodes(root, cid), KS.ledger(root),
+            KS.ctx(root, cid), KS.events(root, cid), KS.finished(root), KS.done(root),
+            KS.by_model(root)]
+    args = [rid, KS.abort_channel, node_json, 100, KS.ledger_channel, "0", "usd", 1000]
+    reply: list[object] = coord.store.wire.run(Op("settle", keys, args))
+    return reply
+
+
+def test_a_compact_record_is_counted_and_remembered(coord: Coordinator) -> None:
+    with ExecutionContext(CONFIG, coordinator=coord) as root:
+        path = Path(root.root_id, (root.root_id,))
+        ctx = KS.ctx(root.root_id, root.root_id)
+        held = coord.store.reserve(path, "call-1", ["usd", 1000, "steps", 1], keyed=True)
+        assert isinstance(held, Held)
+        node = {"status": "error", "unreported": True, "provider": "p", "model": "m"}
+        assert settle(coord, path, "call-1", json.dumps(node, separators=COMPACT))[0] == 1
+        counts = coord.client.hmget(ctx, "n:error", "n:unreported")
+        assert counts == ["1", "1"]
+        # a keyed call that raised ended without returning: its replay halts
+        assert coord.client.hget(KS.done(root.root_id), "call-1") == "halted"
+        assert coord.client.hget(KS.by_model(root.root_id), "p|m") == "1000"
+
+
+def test_a_compact_refusal_record_is_counted(coord: Coordinator) -> None:
+    with ExecutionContext(CONFIG, coordinator=coord) as root:
+        path = Path(root.root_id, (root.root_id,))
+        node = {"status": "halted", "stop_reason": "budget_exceeded"}
+        event = json.dumps({"event_type": "budget_exceeded"})
+        coord.store.queue_refusal(path, "budget_exceeded", event,
+                                  json.dumps(node, separators=COMPACT))
+        coord.store.flush()
+        got = coord.client.hmget(KS.ctx(root.root_id, root.root_id),
+                                 "n:refused", "nr:budget_exceeded", "nr_last", "n:halted")
+        assert got == ["1", "1", "budget_exceeded", None]
+
+
+def test_a_record_with_null_and_nested_fields_counts_its_own_status(
+        coord: Coordinator) -> None:
+    """A null stop_reason is no refusal; a status or unreported inside a nested object is
+    not the call's."""
+    with ExecutionContext(CONFIG, coordinator=coord) as root:
+        path = Path(root.root_id, (root.root_id,))
+        ctx = KS.ctx(root.root_id, root.root_id)
+        assert isinstance(coord.store.reserve(path, "call-2", ["usd", 1000, "steps", 1]),
+                          Held)
+        node = {"meta": {"status": "error", "unreported": True}, "stop_reason": None,
+                "status": "ok"}
+        assert settle(coord, path, "call-2", json.dumps(node))[0] == 1
+        got = coord.client.hmget(ctx, "n:ok", "n:error", "n:refused", "n:unreported")
+        assert got == ["1", None, None, None]
