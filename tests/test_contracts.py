@@ -101,3 +101,8 @@ def test_builders_refuse_what_the_contract_does_not_declare() -> None:
         SETTLE.arg_list(**{**values, "amounts": ("usd",)})
     with pytest.raises(KeyError):
         SETTLE.slot("amounts")
+
+
+def test_settle_and_release_take_the_same_keys() -> None:
+    # store/tree.py builds them once per path for both
+    assert SETTLE.keys == RELEASE.keys

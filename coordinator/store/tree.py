@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from ..core.contracts import RELEASE, RESERVE, SETTLE
 from ..core.data_keys import DataKeys
 from ..core.keys import KeySpace
 from ..core.paths import Path
@@ -45,6 +46,11 @@ __all__ = ["AbortReply", "Finished", "Held", "Opened", "OpenRefused", "Refused",
            "ReservationRecord", "State", "Stop", "Store", "decode_abort", "decode_close",
            "decode_finish", "decode_reserve", "decode_stops", "note_finish"]
 
+_SETTLE_LATE = SETTLE.slot("late")
+_RELEASE_LATE = RELEASE.slot("late")
+"""Where the late flag sits in a settle's and a release's ARGV (store/lateness.py sets it
+at each send)."""
+
 
 class Store:
     """Runs the tree scripts of one tenant's key space against one Redis client."""
@@ -59,6 +65,8 @@ class Store:
             maxsize=4096)(self._compute_level_keys)
         self._finish_keys: Callable[[Path], tuple[str, ...]] = functools.lru_cache(
             maxsize=4096)(self._compute_finish_keys)
+        self._reserve_keys: Callable[[Path], tuple[str, ...]] = functools.lru_cache(
+            maxsize=4096)(self._compute_reserve_keys)
 
     def _compute_level_keys(self, path: Path) -> tuple[str, ...]:
         out: list[str] = []
@@ -71,16 +79,17 @@ class Store:
         return self._level_keys(path)
 
     def _compute_finish_keys(self, path: Path) -> tuple[str, ...]:
-        return (
-            self.ks.reservations(path.root),
-            self.ks.leases(path.root),
-            self.ks.nodes(path.root, path.ctx_id),
-            self.ks.ledger(path.root),
-            *self._level_keys(path),
-            self.ks.finished(path.root),
-            self.ks.done(path.root),
-            self.ks.by_model(path.root),
-        )
+        # settle.lua and release.lua take the same KEYS (tests/test_contracts.py)
+        ks, root = self.ks, path.root
+        return tuple(SETTLE.key_list(
+            res=ks.reservations(root), leases=ks.leases(root), nodes=ks.nodes(root, path.ctx_id),
+            ledger=ks.ledger(root), levels=self._level_keys(path), fin=ks.finished(root),
+            done=ks.done(root), bymodel=ks.by_model(root)))
+
+    def _compute_reserve_keys(self, path: Path) -> tuple[str, ...]:
+        ks, root = self.ks, path.root
+        return tuple(RESERVE.key_list(res=ks.reservations(root), leases=ks.leases(root),
+                                      levels=self._level_keys(path), done=ks.done(root)))
 
     def flush(self, root: str | None = None) -> None:
         """Make every queued write land (see :meth:`Wire.flush`); with ``root``, only
@@ -123,18 +132,17 @@ class Store:
         if self.wire.durability.waits and not keyed:
             # it may be held (on the primary, or on a replica about to take over) for
             # a call that will not run: let go of it rather than wait for its lease
-            self.wire.queue(Op("release", list(self._finish_keys(path)), [
-                reservation_id, self.ks.abort_channel, "", NODE_STREAM_CAP,
-                self.ks.ledger_channel, "skip", "0"], late_at=6))
+            self.wire.queue(Op(RELEASE.script, list(self._finish_keys(path)), RELEASE.arg_list(
+                reservation_id=reservation_id, abort_channel=self.ks.abort_channel, node="",
+                node_cap=NODE_STREAM_CAP, ledger_channel=self.ks.ledger_channel,
+                outcome="skip", late=False, amounts=()), late_at=_RELEASE_LATE))
 
     def reserve_op(self, path: Path, reservation_id: str, amounts: Sequence[str | int],
                    keyed: bool) -> Op:
         """The op of :meth:`reserve` (an I/O thread sends several in one round trip)."""
-        keys = [self.ks.reservations(path.root), self.ks.leases(path.root),
-                *self._level_keys(path), self.ks.done(path.root)]
-        args = [reservation_id, self.lease_ms, ",".join(path.ids), self.ks.abort_channel,
-                "1" if keyed else "0", *amounts]
-        return Op("reserve", keys, args)
+        return Op(RESERVE.script, list(self._reserve_keys(path)), RESERVE.arg_list(
+            reservation_id=reservation_id, lease_ms=self.lease_ms, path=",".join(path.ids),
+            abort_channel=self.ks.abort_channel, keyed=keyed, amounts=amounts))
 
     def reserved(self, path: Path, reservation_id: str, reply: list[Any]
                  ) -> Held | Refused | Replayed:
@@ -152,14 +160,22 @@ class Store:
         Write-behind ops are queued: sent with this process's next round trip, or by the
         flusher (the caller schedules it), so the call does not wait for a send. They
         return no stops, which still happen in Redis and are broadcast."""
-        script = "settle" if outcome == "ok" else "release"
-        args: list[Any] = [reservation_id, self.ks.abort_channel,
-                           json.dumps(node) if node else "", NODE_STREAM_CAP,
-                           self.ks.ledger_channel]
-        if script == "release":
-            args.append(outcome)
-        op = Op(script, list(self._finish_keys(path)), [*args, "0", *amounts],
-                reservation_id=reservation_id, late_at=len(args),
+        node_json = json.dumps(node) if node else ""
+        if outcome == "ok":
+            script, late_at = SETTLE.script, _SETTLE_LATE
+            args = SETTLE.arg_list(
+                reservation_id=reservation_id, abort_channel=self.ks.abort_channel,
+                node=node_json, node_cap=NODE_STREAM_CAP,
+                ledger_channel=self.ks.ledger_channel, late=False, amounts=amounts)
+        else:
+            script, late_at = RELEASE.script, _RELEASE_LATE
+            args = RELEASE.arg_list(
+                reservation_id=reservation_id, abort_channel=self.ks.abort_channel,
+                node=node_json, node_cap=NODE_STREAM_CAP,
+                ledger_channel=self.ks.ledger_channel, outcome=outcome, late=False,
+                amounts=amounts)
+        op = Op(script, list(self._finish_keys(path)), args, reservation_id=reservation_id,
+                late_at=late_at,
                 on_reply=functools.partial(note_finish, script, reservation_id, path))
         if write_behind:
             self.wire.queue(op)
@@ -181,11 +197,14 @@ class Store:
         # settle.lua counts the step itself; the other held amounts become the actuals
         actual = [x for dim, amount in record.held_pairs() if dim != "steps"
                   for x in (dim, amount)]
-        self.wire.queue(Op("settle", list(self._finish_keys(path)),
-                           [reservation_id, self.ks.abort_channel, json.dumps(node),
-                            NODE_STREAM_CAP, self.ks.ledger_channel, "0", *actual], late_at=5,
-                           on_reply=functools.partial(note_finish, "settle", reservation_id,
-                                                      path)))
+        args = SETTLE.arg_list(reservation_id=reservation_id,
+                               abort_channel=self.ks.abort_channel, node=json.dumps(node),
+                               node_cap=NODE_STREAM_CAP, ledger_channel=self.ks.ledger_channel,
+                               late=False, amounts=actual)
+        self.wire.queue(Op(SETTLE.script, list(self._finish_keys(path)), args,
+                           late_at=_SETTLE_LATE,
+                           on_reply=functools.partial(note_finish, SETTLE.script,
+                                                      reservation_id, path)))
 
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event list with the next round trip."""
