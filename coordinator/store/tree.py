@@ -11,7 +11,17 @@ from typing import Any
 
 import redis
 
-from ..core.contracts import RELEASE, RESERVE, SETTLE
+from ..core.contracts import (
+    ABORT,
+    APPEND,
+    CLOSE,
+    EVENT_ONCE,
+    REFUSAL,
+    RELEASE,
+    RENEW,
+    RESERVE,
+    SETTLE,
+)
 from ..core.data_keys import DataKeys
 from ..core.keys import KeySpace
 from ..core.paths import Path
@@ -208,24 +218,31 @@ class Store:
 
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event list with the next round trip."""
-        self.wire.queue(Op("append", [self.ks.events(path.root, path.ctx_id)],
-                           [EVENT_STREAM_CAP, event_json]))
+        self.wire.queue(Op(APPEND.script,
+                           APPEND.key_list(events=self.ks.events(path.root, path.ctx_id)),
+                           APPEND.arg_list(cap=EVENT_STREAM_CAP, entry=event_json)))
 
     def queue_stop_event(self, path: Path, reason: str, event_json: str) -> None:
         """Append a chain-level stop event to a context's event list with the next round
         trip, unless the context already recorded one for ``reason`` (event_once.lua)."""
-        self.wire.queue(Op("event_once", [self.ks.ctx(path.root, path.ctx_id),
-                                          self.ks.events(path.root, path.ctx_id)],
-                           [reason, event_json, EVENT_STREAM_CAP]))
+        root, cid = path.root, path.ctx_id
+        self.wire.queue(Op(EVENT_ONCE.script,
+                           EVENT_ONCE.key_list(ctx=self.ks.ctx(root, cid),
+                                               events=self.ks.events(root, cid)),
+                           EVENT_ONCE.arg_list(reason=reason, event=event_json,
+                                               cap=EVENT_STREAM_CAP)))
 
     def queue_refusal(self, path: Path, reason: str, event_json: str, node_json: str
                       ) -> None:
         """Record a call refused before it ran with the next round trip (refusal.lua: its
         node, counted on the context's hash, and the event once per reason)."""
         root, cid = path.root, path.ctx_id
-        self.wire.queue(Op("refusal", [self.ks.ctx(root, cid), self.ks.nodes(root, cid),
-                                       self.ks.events(root, cid)],
-                           [reason, event_json, node_json, NODE_STREAM_CAP]))
+        self.wire.queue(Op(REFUSAL.script,
+                           REFUSAL.key_list(ctx=self.ks.ctx(root, cid),
+                                            nodes=self.ks.nodes(root, cid),
+                                            events=self.ks.events(root, cid)),
+                           REFUSAL.arg_list(reason=reason, event=event_json, node=node_json,
+                                            node_cap=NODE_STREAM_CAP)))
 
     def run_scripts(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]
                     ) -> list[Any]:
@@ -254,9 +271,11 @@ class Store:
 
     def abort_op(self, path: Path, reason: str, detail: str) -> Op:
         """The op of :meth:`abort`, for the queue of writes (``wire.queue``)."""
-        keys = [self.ks.ctx(path.root, path.ctx_id), self.ks.events(path.root, path.ctx_id)]
-        return Op("abort", keys, [reason, detail, self.ks.abort_channel, path.root,
-                                  path.ctx_id])
+        root, cid = path.root, path.ctx_id
+        return Op(ABORT.script,
+                  ABORT.key_list(ctx=self.ks.ctx(root, cid), events=self.ks.events(root, cid)),
+                  ABORT.arg_list(reason=reason, detail=detail,
+                                 abort_channel=self.ks.abort_channel, root=root, ctx_id=cid))
 
     def close(self, path: Path, retention_s: int) -> int:
         """Close a context, record its summary event and start the retention clock on its
@@ -265,18 +284,17 @@ class Store:
         micro-USD when this closed a root first (for the cross-tree spend views, which
         count a tree once), else 0."""
         root = len(path.ids) == 1
-        keys = [
-            self.ks.ctx(path.root, path.ctx_id),
-            self.ks.nodes(path.root, path.ctx_id),
-            self.ks.events(path.root, path.ctx_id),
-            self.ks.kids(path.root, path.ctx_id),
-            *DataKeys(self.ks).context_keys(path.root, path.ctx_id),
-        ]
+        others = [self.ks.kids(path.root, path.ctx_id),
+                  *DataKeys(self.ks).context_keys(path.root, path.ctx_id)]
         if root:
-            keys += [self.ks.reservations(path.root), self.ks.leases(path.root),
-                     self.ks.ledger(path.root), self.ks.done(path.root),
-                     self.ks.finished(path.root), *DataKeys(self.ks).tree_keys(path.root)]
-        results = self.wire.round_trip([Op("close", keys, [retention_s])])
+            others += [self.ks.reservations(path.root), self.ks.leases(path.root),
+                       self.ks.ledger(path.root), self.ks.done(path.root),
+                       self.ks.finished(path.root), *DataKeys(self.ks).tree_keys(path.root)]
+        keys = CLOSE.key_list(ctx=self.ks.ctx(path.root, path.ctx_id),
+                              nodes=self.ks.nodes(path.root, path.ctx_id),
+                              events=self.ks.events(path.root, path.ctx_id), others=others)
+        results = self.wire.round_trip([Op(CLOSE.script, keys,
+                                           CLOSE.arg_list(retention_s=retention_s))])
         raise_errors(results)
         send_or_queue(self.wire, index_writes(self.ks, path, retention_s))
         if not root:
@@ -300,7 +318,8 @@ class Store:
             return
         pipe = self.client.pipeline(transaction=False)
         for root, ids in by_root.items():
-            self.scripts.queue(pipe, "renew", [self.ks.leases(root)], [self.lease_ms, *ids])
+            self.scripts.queue(pipe, RENEW.script, RENEW.key_list(leases=self.ks.leases(root)),
+                               RENEW.arg_list(lease_ms=self.lease_ms, ids=ids))
         results = pipe.execute(raise_on_error=False)
         for ids, extended in zip(by_root.values(), results, strict=True):
             if extended == len(ids):  # every one still held (a reaped one is not)
