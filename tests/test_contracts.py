@@ -8,7 +8,16 @@ import re
 
 import pytest
 
-from coordinator.core.contracts import CONTRACTS, RELEASE, SETTLE, Contract, Part, Run
+from coordinator.core.contracts import (
+    CONTRACTS,
+    LEASE_FLUSH,
+    LEASE_RETURN,
+    RELEASE,
+    SETTLE,
+    Contract,
+    Part,
+    Run,
+)
 from coordinator.store.scripts import SCRIPT_NAMES, lua_dir
 
 _SLOT = re.compile(r"^--\s+(KEYS|ARGV)\[([^\]]+)\]\s+(\w+)(?:\{([\w, ]+)\})?(?:\s|$)")
@@ -106,3 +115,8 @@ def test_builders_refuse_what_the_contract_does_not_declare() -> None:
 def test_settle_and_release_take_the_same_keys() -> None:
     # store/tree.py builds them once per path for both
     assert SETTLE.keys == RELEASE.keys
+
+
+def test_a_slice_flush_and_its_reclaim_take_the_same_keys() -> None:
+    # store/leases_store.py builds them in one place for both
+    assert LEASE_FLUSH.keys == LEASE_RETURN.keys

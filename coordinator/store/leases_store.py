@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.contracts import LEASE_FLUSH, LEASE_RETURN, LEASE_TAKE
 from ..core.paths import Path
 from ..core.script_constants import NODE_STREAM_CAP
 from .records import ReservationRecord
@@ -78,13 +79,12 @@ class LeaseStore:
         self.ks = store.ks
 
     def _keys(self, path: Path) -> list[str]:
+        # lease_flush.lua and lease_return.lua take the same KEYS (tests/test_contracts.py)
         ks, root = self.ks, path.root
-        keys = [ks.reservations(root), ks.leases(root), ks.nodes(root, path.ctx_id),
-                ks.ledger(root)]
-        for cid in path.ids:
-            keys += [ks.ctx(root, cid), ks.events(root, cid)]
-        keys += [ks.slices(root), ks.finished(root)]
-        return keys
+        return LEASE_FLUSH.key_list(
+            res=ks.reservations(root), leases=ks.leases(root), nodes=ks.nodes(root, path.ctx_id),
+            ledger=ks.ledger(root), levels=self.store.level_keys(path), slices=ks.slices(root),
+            fin=ks.finished(root))
 
     def take_op(self, path: Path, slice_id: str, owner: str, owner_ms: int,
                 want: Mapping[str, tuple[int, int]], *, return_on_expiry: bool) -> Op:
@@ -93,25 +93,26 @@ class LeaseStore:
         ``return_on_expiry``: its unflushed part is given back, not charged, if its
         process dies."""
         ks, root = self.ks, path.root
-        keys = [ks.reservations(root), ks.leases(root), ks.slices(root), ks.lessees(root),
-                *(ks.ctx(root, cid) for cid in path.ids)]
-        args: list[Any] = [slice_id, self.store.lease_ms, ",".join(path.ids), SHARE_DIVISOR,
-                           owner, owner_ms, "1" if return_on_expiry else "0"]
-        for dim, (amount, least) in want.items():
-            args += [dim, amount, least]
-        return Op("lease_take", keys, args)
+        keys = LEASE_TAKE.key_list(res=ks.reservations(root), leases=ks.leases(root),
+                                   slices=ks.slices(root), lessees=ks.lessees(root),
+                                   levels=[ks.ctx(root, cid) for cid in path.ids])
+        args = LEASE_TAKE.arg_list(
+            slice_id=slice_id, lease_ms=self.store.lease_ms, path=",".join(path.ids),
+            share_divisor=SHARE_DIVISOR, owner=owner, owner_ms=owner_ms,
+            return_on_expiry=return_on_expiry,
+            wants=[x for dim, (amount, least) in want.items() for x in (dim, amount, least)])
+        return Op(LEASE_TAKE.script, keys, args)
 
     def flush_op(self, path: Path, slice_id: str, batch: Batch, *, give_back: bool) -> Op:
         """The op writing ``batch`` (and with ``give_back`` returning the slice's rest)."""
-        args: list[Any] = [slice_id, self.ks.abort_channel, self.ks.ledger_channel,
-                           NODE_STREAM_CAP, "1" if give_back else "0", ",".join(path.ids),
-                           batch.seq, len(batch.nodes), len(batch.events), *batch.nodes,
-                           *batch.events]
-        for dim, amount in batch.spent.items():
-            if amount:
-                args += [dim, amount]
+        args = LEASE_FLUSH.arg_list(
+            slice_id=slice_id, abort_channel=self.ks.abort_channel,
+            ledger_channel=self.ks.ledger_channel, node_cap=NODE_STREAM_CAP,
+            give_back=give_back, path=",".join(path.ids), batch=batch.seq,
+            node_records=batch.nodes, events=batch.events,
+            spent=[x for dim, amount in batch.spent.items() if amount for x in (dim, amount)])
         # a give-back ends the slice's lease renewal once it lands (if it was queued)
-        return Op("lease_flush", self._keys(path), args,
+        return Op(LEASE_FLUSH.script, self._keys(path), args,
                   reservation_id=slice_id if give_back and slice_id else None)
 
     def take_and_flush(self, ops: Sequence[Op]) -> list[Any]:
@@ -137,6 +138,6 @@ class LeaseStore:
         now = time.time()
         node = {"node_id": slice_id, "kind": "llm", "operation_name": "(lease slice reclaimed)",
                 "start_ts": now, "end_ts": now, "status": "halted", "cost_usd": 0.0}
-        self.wire.queue(Op("lease_return", self._keys(path),
-                           [slice_id, json.dumps(node), NODE_STREAM_CAP,
-                            self.ks.abort_channel, self.ks.ledger_channel]))
+        self.wire.queue(Op(LEASE_RETURN.script, self._keys(path), LEASE_RETURN.arg_list(
+            slice_id=slice_id, node=json.dumps(node), node_cap=NODE_STREAM_CAP,
+            abort_channel=self.ks.abort_channel, ledger_channel=self.ks.ledger_channel)))
