@@ -9,6 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.contracts import (
+    QUOTA_END,
+    QUOTA_GRANT,
+    QUOTA_RENEW,
+    QUOTA_SET,
+    QUOTA_SETTLE,
+    QUOTA_TAKE,
+)
 from ..core.quota_keys import QuotaKeys
 from ..errors import QuotaNotFoundError, QuotaRuleError
 from .tree import Store
@@ -92,11 +100,10 @@ class QuotaStore:
     def put_rule(self, rule_json: str, rule_id: str, match: Mapping[str, str],
                  limits: Mapping[str, int], actor: str) -> int:
         """Store a rule (new or changed) with its audit event; returns its version."""
-        args: list[Any] = ["set", actor, rule_json, AUDIT_CAP, json.dumps(dict(match))]
-        for dim, limit in limits.items():
-            args += [dim, limit]
-        reply = self.wire.run(Op("quota_set", [self.qk.rule(rule_id), self.qk.audit(rule_id)],
-                                 args))
+        args = QUOTA_SET.arg_list(action="set", actor=actor, rule=rule_json,
+                                  audit_cap=AUDIT_CAP, match=json.dumps(dict(match)),
+                                  limits=[x for dl in limits.items() for x in dl])
+        reply = self.wire.run(Op(QUOTA_SET.script, self._rule_keys(rule_id), args))
         if int(reply[0]) != 1:
             raise QuotaRuleError("match", dict(match), f"a rule's match cannot change (it is "
                                  f"{reply[2]}): delete the rule and create another")
@@ -108,11 +115,14 @@ class QuotaStore:
 
     def delete_rule(self, rule_id: str, actor: str) -> None:
         """Delete a rule (its buckets stay for their retention), with its audit event."""
-        reply = self.wire.run(Op("quota_set", [self.qk.rule(rule_id), self.qk.audit(rule_id)],
-                                 ["delete", actor, "", AUDIT_CAP, "{}"]))
+        reply = self.wire.run(Op(QUOTA_SET.script, self._rule_keys(rule_id), QUOTA_SET.arg_list(
+            action="delete", actor=actor, rule="", audit_cap=AUDIT_CAP, match="{}", limits=())))
         self.wire.run(command("HDEL", self.qk.catalogue(), rule_id))
         if int(reply[0]) != 1:
             raise QuotaNotFoundError(rule_id)
+
+    def _rule_keys(self, rule_id: str) -> list[str]:
+        return QUOTA_SET.key_list(rule=self.qk.rule(rule_id), audit=self.qk.audit(rule_id))
 
     def _read(self, *args: Any) -> Any:
         """One read on the wire (the hot path's timeouts: a stalled Redis is answered
@@ -161,14 +171,16 @@ class QuotaStore:
         ``want`` maps a dimension to (amount wanted, least)."""
         wid, start, end = window
         qk = self.qk
-        keys = [qk.rule(rule_id), qk.bucket(rule_id, bucket, wid), qk.grants(rule_id),
-                qk.expiry(rule_id), qk.takers(rule_id, bucket, wid),
-                qk.window_index(rule_id, wid)]
-        args: list[Any] = [version, start, end, expire_at_ms, member(bucket, wid, root),
-                           grant_id, root, index, lease_ms, SHARE_DIVISOR, takers_ms]
-        for dim, (amount, least) in want.items():
-            args += [dim, amount, least]
-        reply = self.wire.run(Op("quota_take", keys, args))
+        keys = QUOTA_TAKE.key_list(
+            rule=qk.rule(rule_id), bucket=qk.bucket(rule_id, bucket, wid),
+            grants=qk.grants(rule_id), expiry=qk.expiry(rule_id),
+            takers=qk.takers(rule_id, bucket, wid), window_index=qk.window_index(rule_id, wid))
+        args = QUOTA_TAKE.arg_list(
+            version=version, start_ms=start, end_ms=end, expire_at_ms=expire_at_ms,
+            member=member(bucket, wid, root), grant_id=grant_id, root=root, index=index,
+            lease_ms=lease_ms, share_divisor=SHARE_DIVISOR, takers_ms=takers_ms,
+            wants=[x for dim, (amount, least) in want.items() for x in (dim, amount, least)])
+        reply = self.wire.run(Op(QUOTA_TAKE.script, keys, args))
         now = int(reply[1])
         if int(reply[0]) != 1:
             reason = str(reply[2])
@@ -186,12 +198,12 @@ class QuotaStore:
         grant is charged), the rest returns. False when already settled."""
         bucket, window, _ = grant_member.split("|")
         qk = self.qk
-        args: list[Any] = [grant_member, grant_id, "1" if consumed is None else "0"]
-        for dim, amount in (consumed or {}).items():
-            args += [dim, amount]
-        reply = self.wire.run(Op("quota_settle", [qk.bucket(rule_id, bucket, window),
-                                                  qk.grants(rule_id), qk.expiry(rule_id)],
-                                 args))
+        keys = QUOTA_SETTLE.key_list(bucket=qk.bucket(rule_id, bucket, window),
+                                     grants=qk.grants(rule_id), expiry=qk.expiry(rule_id))
+        args = QUOTA_SETTLE.arg_list(
+            member=grant_member, grant_id=grant_id, unknown=consumed is None,
+            consumed=[x for da in (consumed or {}).items() for x in da])
+        reply = self.wire.run(Op(QUOTA_SETTLE.script, keys, args))
         return int(reply) == 1
 
     def renew(self, rule_id: str, grants: Sequence[tuple[str, str, Mapping[str, int] | None]],
@@ -200,15 +212,19 @@ class QuotaStore:
         so far, None: unknown) and move that spend into their buckets; which grants are
         still outstanding."""
         qk = self.qk
-        keys = [qk.expiry(rule_id), qk.grants(rule_id)]
-        args: list[Any] = [lease_ms]
+        buckets: list[str] = []
+        per_grant: list[Any] = []
         for grant_member, grant_id, used in grants:
             bucket, window, _ = grant_member.split("|")
-            keys.append(qk.bucket(rule_id, bucket, window))
-            args += [grant_member, grant_id,
-                     *((used or {}).get(d, -1) if used is not None else -1
-                       for d in QUOTA_DIMS)]
-        reply = self.wire.run(Op("quota_renew", keys, args))
+            buckets.append(qk.bucket(rule_id, bucket, window))
+            per_grant += [grant_member, grant_id,
+                          *((used or {}).get(d, -1) if used is not None else -1
+                            for d in QUOTA_DIMS)]
+        reply = self.wire.run(Op(
+            QUOTA_RENEW.script,
+            QUOTA_RENEW.key_list(expiry=qk.expiry(rule_id), grants=qk.grants(rule_id),
+                                 buckets=buckets),
+            QUOTA_RENEW.arg_list(lease_ms=lease_ms, grants=per_grant)))
         return [bool(int(x)) for x in reply]
 
     def tree_spent(self, grants: Sequence[tuple[str, int, str]]) -> list[dict[str, int] | None]:
@@ -264,17 +280,20 @@ class QuotaStore:
               amounts: Mapping[str, int]) -> str | None:
         """Put a grant into the tree (quota_grant.lua): None when applied, else the id of
         the other live grant ('' when the tree is gone)."""
-        args: list[Any] = [index, grant_id, window, end_ms]
-        for dim, amount in amounts.items():
-            args += [dim, amount]
-        reply = self.wire.run(Op("quota_grant", [self.ks.ctx(root, root)], args))
+        args = QUOTA_GRANT.arg_list(index=index, grant_id=grant_id, window=window,
+                                    end_ms=end_ms, amounts=[x for da in amounts.items()
+                                                            for x in da])
+        reply = self.wire.run(Op(QUOTA_GRANT.script,
+                                 QUOTA_GRANT.key_list(root=self.ks.ctx(root, root)), args))
         if int(reply[0]) == 1:
             return None
         return str(reply[2]) if len(reply) > 2 else ""
 
     def end(self, root: str, index: int, grant_id: str) -> dict[str, int] | None:
         """End a tree's grant (quota_end.lua): what it consumed, None when unknown."""
-        reply = self.wire.run(Op("quota_end", [self.ks.ctx(root, root)], [index, grant_id]))
+        reply = self.wire.run(Op(QUOTA_END.script,
+                                 QUOTA_END.key_list(root=self.ks.ctx(root, root)),
+                                 QUOTA_END.arg_list(index=index, grant_id=grant_id)))
         if int(reply[0]) != 1:
             return None
         return {str(reply[i]): int(reply[i + 1]) for i in range(1, len(reply), 2)}
