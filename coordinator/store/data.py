@@ -8,6 +8,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.contracts import (
+    DATA_MERGE,
+    DATA_READ_ALL,
+    DATA_READ_GET,
+    DATA_SNAPSHOT,
+    DATA_SPAWN,
+    DATA_WRITE,
+    Contract,
+)
 from ..core.data_keys import DataKeys
 from ..core.paths import Path
 from .tree import Store
@@ -81,22 +90,25 @@ class DataStore:
         self.store = store
         self.keys = DataKeys(store.ks)
 
-    def _run(self, name: str, keys: list[str], args: Sequence[Any]) -> Any:
-        return self.store.run_scripts([(name, keys, list(args))])[0]
+    def _run(self, contract: Contract, keys: list[str], args: list[Any]) -> Any:
+        return self.store.run_scripts([(contract.script, keys, args)])[0]
 
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, path: Path, key: str) -> Found | None:
         """The value of ``key`` as the context sees it (one round trip, any depth)."""
-        res = self._run("data_read", self.keys.levels(path.root, path.ids), ["get", key])
+        res = self._run(DATA_READ_GET,
+                        DATA_READ_GET.key_list(levels=self.keys.levels(path.root, path.ids)),
+                        DATA_READ_GET.arg_list(mode="get", key=key))
         if int(res[0]) != 1:
             return None
         return Found(str(res[1]), int(res[2]))
 
     def read_all(self, path: Path, *, local: bool) -> dict[str, str]:
         """Every key the context sees (``local``: its own only), key -> JSON."""
-        keys = self.keys.levels(path.root, path.ids)
-        return _pairs(self._run("data_read", keys, ["local" if local else "all"]))
+        keys = DATA_READ_ALL.key_list(levels=self.keys.levels(path.root, path.ids))
+        return _pairs(self._run(DATA_READ_ALL, keys,
+                                DATA_READ_ALL.arg_list(mode="local" if local else "all")))
 
     def records(self, path: Path, fields: Sequence[str]) -> list[list[str | None]]:
         """``fields`` of the data record of every level, the context's own first."""
@@ -107,13 +119,14 @@ class DataStore:
 
     def snapshot(self, path: Path) -> list[LevelRecord]:
         """The data stack the context sees, read atomically, its own level first."""
-        keys: list[str] = []
+        levels: list[str] = []
         for cid in reversed(path.ids):
-            keys += [self.store.ks.ctx(path.root, cid), self.keys.data(path.root, cid),
-                     self.keys.meta(path.root, cid), self.keys.view(path.root, cid)]
+            levels += [self.store.ks.ctx(path.root, cid), self.keys.data(path.root, cid),
+                       self.keys.meta(path.root, cid), self.keys.view(path.root, cid)]
+        reply = self._run(DATA_SNAPSHOT, DATA_SNAPSHOT.key_list(levels=levels),
+                          DATA_SNAPSHOT.arg_list())
         out = []
-        for cid, level in zip(reversed(path.ids), self._run("data_snapshot", keys, []),
-                              strict=False):
+        for cid, level in zip(reversed(path.ids), reply, strict=False):
             out.append(LevelRecord(cid, int(level[0]), str(level[1]), _pairs(level[2]),
                                    _pairs(level[3]), _pairs(level[4])))
         return out
@@ -124,23 +137,25 @@ class DataStore:
               max_context_bytes: int) -> int | DataRefused:
         """Set and delete keys of the context's own data atomically; returns the number
         of keys deleted."""
-        keys = [self.store.ks.ctx(path.root, path.ctx_id),
-                self.keys.data(path.root, path.ctx_id), self.keys.meta(path.root, path.ctx_id)]
-        args: list[Any] = [max_context_bytes, len(sets)]
-        for k, v in sets.items():
-            args += [k, v]
-        args += list(deletes)
-        res = self._run("data_write", keys, args)
+        root, cid = path.root, path.ctx_id
+        keys = DATA_WRITE.key_list(ctx=self.store.ks.ctx(root, cid),
+                                   data=self.keys.data(root, cid), dmeta=self.keys.meta(root, cid))
+        args = DATA_WRITE.arg_list(max_bytes=max_context_bytes,
+                                   sets=[x for kv in sets.items() for x in kv], deletes=deletes)
+        res = self._run(DATA_WRITE, keys, args)
         return int(res[2]) if int(res[0]) == 1 else _refused(res)
 
     def merge(self, path: Path, policy: str, keys: Sequence[str] | None, *,
               max_value_bytes: int, max_context_bytes: int) -> Merged | DataRefused:
         """Merge the context's own data into its parent's (one atomic script)."""
         root, parent = path.root, path.ids[-2]
-        script_keys = [self.store.ks.ctx(root, parent), self.keys.data(root, parent),
-                       self.keys.meta(root, parent), self.keys.data(root, path.ctx_id)]
-        res = self._run("data_merge", script_keys,
-                        [policy, max_value_bytes, max_context_bytes, *(keys or ())])
+        script_keys = DATA_MERGE.key_list(
+            parent_ctx=self.store.ks.ctx(root, parent), parent_data=self.keys.data(root, parent),
+            parent_dmeta=self.keys.meta(root, parent),
+            child_data=self.keys.data(root, path.ctx_id))
+        res = self._run(DATA_MERGE, script_keys, DATA_MERGE.arg_list(
+            policy=policy, max_value_bytes=max_value_bytes, max_bytes=max_context_bytes,
+            merged=keys or ()))
         if int(res[0]) != 1:
             return _refused(res)
         changes: dict[str, list[str]] = {"added": [], "overwritten": [], "merged": []}
@@ -154,16 +169,14 @@ class DataStore:
         """Record a new child's isolation level and step; an isolated child's view is
         frozen now (or set to ``view``, on resume). Returns the size of the view."""
         root, cid = path.root, path.ctx_id
-        keys = [self.store.ks.ctx(root, cid), self.keys.meta(root, cid),
-                self.keys.view(root, cid), *self.keys.levels(root, path.ids[:-1])]
-        args: list[Any] = [isolation, "1" if is_parallel else "0", step_name]
-        if view is None:
-            args.append("freeze")
-        else:
-            args.append("given")
-            for k, v in view.items():
-                args += [k, v]
-        res = self._run("data_spawn", keys, args)
+        keys = DATA_SPAWN.key_list(ctx=self.store.ks.ctx(root, cid),
+                                   dmeta=self.keys.meta(root, cid), dview=self.keys.view(root, cid),
+                                   parents=self.keys.levels(root, path.ids[:-1]))
+        args = DATA_SPAWN.arg_list(
+            isolation=isolation, parallel=is_parallel, step=step_name,
+            view_mode="freeze" if view is None else "given",
+            view=[x for kv in (view or {}).items() for x in kv])
+        res = self._run(DATA_SPAWN, keys, args)
         return int(res[1]) if int(res[0]) == 1 else _refused(res)
 
     def set_record(self, path: Path, fields: Mapping[str, str]) -> None:
