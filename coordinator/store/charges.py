@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.contracts import PROPAGATE
 from ..core.paths import Path
 from ..core.script_constants import NODE_STREAM_CAP
 from .errors import UNAVAILABLE
@@ -30,11 +31,12 @@ def propagate(store: Store, path: Path, charge_id: str, amounts: Sequence[str | 
     does not exist. When Redis cannot be reached the charge is queued (the flusher resends
     it) and the error raised."""
     ks = store.ks
-    keys = [ks.done(path.root), ks.nodes(path.root, path.ctx_id), ks.ledger(path.root),
-            *store.level_keys(path)]
-    op = Op("propagate", keys, [charge_id, ",".join(path.ids), ks.abort_channel,
-                                ks.ledger_channel, json.dumps(node), NODE_STREAM_CAP,
-                                *amounts])
+    keys = PROPAGATE.key_list(done=ks.done(path.root), nodes=ks.nodes(path.root, path.ctx_id),
+                              ledger=ks.ledger(path.root), levels=store.level_keys(path))
+    op = Op(PROPAGATE.script, keys, PROPAGATE.arg_list(
+        charge_id=charge_id, path=",".join(path.ids), abort_channel=ks.abort_channel,
+        ledger_channel=ks.ledger_channel, node=json.dumps(node), node_cap=NODE_STREAM_CAP,
+        amounts=amounts))
     try:
         reply = store.wire.run(op)
     except UNAVAILABLE:

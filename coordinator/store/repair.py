@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.contracts import REPAIR
 from ..core.paths import Path
 from ..errors import ContextNotFoundError, CorruptStateError
 from .records import ReservationRecord
@@ -40,8 +41,9 @@ def repair_context(store: Store, path: Path, operator: str) -> Repaired:
     counter had stopped. Raises CorruptStateError while a number is still corrupt,
     ContextNotFoundError when the context does not exist."""
     ks, root, ctx_id = store.ks, path.root, path.ctx_id
-    reply = store.wire.run(Op("repair", [ks.ctx(root, ctx_id), ks.events(root, ctx_id),
-                                         ks.reservations(root)], [ctx_id, operator]))
+    reply = store.wire.run(Op(REPAIR.script, REPAIR.key_list(
+        ctx=ks.ctx(root, ctx_id), events=ks.events(root, ctx_id), res=ks.reservations(root)),
+        REPAIR.arg_list(ctx_id=ctx_id, actor=operator)))
     code = int(reply[0])
     if code == -1:
         raise ContextNotFoundError(ctx_id)
