@@ -22,6 +22,7 @@ from ..store.shield_scripts import (
     ScriptCall,
     ShieldScripts,
     breaker_check_call,
+    breaker_record_call,
 )
 from .policy import PolicyContext, PolicyDecision
 
@@ -241,9 +242,8 @@ class CircuitBreaker:
         if holder:
             with self._held_lock:
                 self._held.discard(holder)
-        call = ScriptCall("breaker_record", [self.key],
-                          [outcome, self.failure_threshold, holder,
-                           IDLE_TTL_MS + self._recovery_ms])
+        call = breaker_record_call(self.key, outcome, holder, threshold=self.failure_threshold,
+                                   ttl_ms=IDLE_TTL_MS + self._recovery_ms)
         try:
             self.scripts.run([call])
         except UNAVAILABLE as exc:

@@ -14,7 +14,12 @@ from ..errors import InvalidConfigError
 from ..models import MAX_COUNT, MAX_USD, Decision, in_range
 from ..runtime.coordinator import Coordinator
 from ..store.errors import UNAVAILABLE
-from ..store.shield_scripts import ScriptCall, ShieldScripts, WindowCheck
+from ..store.shield_scripts import (
+    ShieldScripts,
+    WindowCheck,
+    window_admit_call,
+    window_charge_call,
+)
 from .breaker import CircuitBreaker
 from .hooks import RecordingHook
 from .pipeline import ShieldPipeline, ToolCallContext
@@ -134,9 +139,10 @@ class BudgetWindowHook(RecordingHook):
         shared with the circuit breaker's check when one is attached)."""
         value = self.scope_value(ctx)
         estimate = usd_to_micro(ctx.cost_estimate_usd, round_up=True) if self._max_micro else 0
-        calls = [ScriptCall("window", self.keys(value), [
-            "admit", self._window_ms, ctx.node_id, self._max_calls, self._degrade_calls,
-            self._max_micro, self._degrade_micro, estimate])]
+        calls = [window_admit_call(
+            self.keys(value), ctx.node_id, window_ms=self._window_ms, max_calls=self._max_calls,
+            degrade_calls=self._degrade_calls, max_usd=self._max_micro,
+            degrade_usd=self._degrade_micro, estimate=estimate)]
         breaker = self._breaker_sharing_round_trip()
         holder = uuid.uuid4().hex
         if breaker is not None:
@@ -207,9 +213,9 @@ class BudgetWindowHook(RecordingHook):
             return None
         value = self.scope_value(ctx)
         try:
-            reply = self.scripts.run([ScriptCall("window", self.keys(value), [
-                "charge", self._window_ms, ctx.node_id, held, actual, self._max_micro,
-                self._degrade_micro])])[0]
+            reply = self.scripts.run([window_charge_call(
+                self.keys(value), ctx.node_id, window_ms=self._window_ms, held=held,
+                actual=actual, max_usd=self._max_micro, degrade_usd=self._degrade_micro)])[0]
         except UNAVAILABLE as exc:
             log.warning("budget window %s: could not charge %s (%s)", self.name, ctx.node_id,
                         exc)
