@@ -1,8 +1,8 @@
 -- session_abandon.lua: give up a creation claim (the sandbox could not be made).
--- KEYS[1] the tenant's zset of creation claims
--- KEYS[2] the tenant's hash of claim ids
--- ARGV[1] member
--- ARGV[2] claim id
+-- KEYS[1] claims  the tenant's zset of creation claims
+-- KEYS[2] claimers  the tenant's hash of claim ids
+-- ARGV[1] member  member
+-- ARGV[2] claim_id  claim id
 -- Returns 1 when the caller's claim was dropped, 0 when it was not the caller's.
 
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then

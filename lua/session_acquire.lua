@@ -1,16 +1,16 @@
 -- session_acquire.lua: the usable session of a path, or the right to create one. Admission
 -- against the tenant cap happens here, in the same step as the claim, so that no
 -- interleaving of creators can pass the cap.
--- KEYS[1] the session's record hash
--- KEYS[2] the tenant's set of active sessions
--- KEYS[3] the tenant's zset of active sessions by expires_at
--- KEYS[4] the tenant's zset of creation claims by claim deadline (ms)
--- KEYS[5] the tenant's hash of claim ids by member
--- ARGV[1] member "<conversation>:<path>"
--- ARGV[2] cap: active sessions + live claims the tenant may hold
--- ARGV[3] max executions before rotation
--- ARGV[4] claim id (random, the caller's)
--- ARGV[5] claim ttl ms (the creation timeout)
+-- KEYS[1] record  the session's record hash
+-- KEYS[2] active  the tenant's set of active sessions
+-- KEYS[3] expiry  the tenant's zset of active sessions by expires_at
+-- KEYS[4] claims  the tenant's zset of creation claims by claim deadline (ms)
+-- KEYS[5] claimers  the tenant's hash of claim ids by member
+-- ARGV[1] member  member "<conversation>:<path>"
+-- ARGV[2] cap  cap: active sessions + live claims the tenant may hold
+-- ARGV[3] max_executions  max executions before rotation
+-- ARGV[4] claim_id  claim id (random, the caller's)
+-- ARGV[5] claim_ttl_ms  claim ttl ms (the creation timeout)
 -- Returns {kind, now_ms, retired_sandbox_id or '', n, field1, value1, ...}:
 --   'existing' the record is active, unexpired, under max executions (fields follow)
 --   'wait'     another caller holds a live claim for this path (n = its deadline)

@@ -1,15 +1,16 @@
 -- session_commit.lua: turn a live creation claim into an active session record.
--- KEYS[1] the session's record hash
--- KEYS[2] the tenant's set of active sessions
--- KEYS[3] the tenant's zset of active sessions by expires_at
--- KEYS[4] the tenant's zset of creation claims
--- KEYS[5] the tenant's hash of claim ids
--- KEYS[6] the tenant's session history stream (replaced records, for audit)
--- ARGV[1] member
--- ARGV[2] claim id
--- ARGV[3] ttl ms
--- ARGV[4] history cap (approximate MAXLEN)
--- ARGV[5..] field, value pairs of the new record (identity, sandbox, budget path)
+-- KEYS[1] record  the session's record hash
+-- KEYS[2] active  the tenant's set of active sessions
+-- KEYS[3] expiry  the tenant's zset of active sessions by expires_at
+-- KEYS[4] claims  the tenant's zset of creation claims
+-- KEYS[5] claimers  the tenant's hash of claim ids
+-- KEYS[6] history  the tenant's session history stream (replaced records, for audit)
+-- ARGV[1] member  member
+-- ARGV[2] claim_id  claim id
+-- ARGV[3] ttl_ms  ttl ms
+-- ARGV[4] history_cap  history cap (approximate MAXLEN)
+-- ARGV[5..] fields{field, value}  field, value pairs of the new record (identity, sandbox, budget
+--           path)
 -- Returns {'ok', now_ms, generation} or {'lost', now_ms} when the claim lapsed or is not
 -- the caller's (then nothing changed: kill the sandbox just made).
 

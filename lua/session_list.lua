@@ -1,7 +1,7 @@
 -- session_list.lua: a tenant's active sessions, from its indexes (never a keyspace scan).
--- KEYS[1] the tenant's zset of active sessions by expires_at
--- ARGV[1] cutoff ms: only sessions whose expires_at < cutoff; '+inf' = all active
--- ARGV[2] limit (max members returned)
+-- KEYS[1] expiry  the tenant's zset of active sessions by expires_at
+-- ARGV[1] cutoff  cutoff ms: only sessions whose expires_at < cutoff; '+inf' = all active
+-- ARGV[2] limit  limit (max members returned)
 -- Returns {now_ms, member1, expires1, member2, expires2, ...}; members are
 -- "<conversation>:<path>". Only active sessions are in the index.
 

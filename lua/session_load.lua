@@ -1,5 +1,5 @@
 -- session_load.lua: one session record and the Redis time.
--- KEYS[1] the session's record hash
+-- KEYS[1] record  the session's record hash
 -- ARGV    none
 -- Returns {now_ms, field1, value1, ...}; only now_ms when there is no record. The record
 -- is returned whatever its status (active, expired, error, terminated).

@@ -1,10 +1,10 @@
 -- session_record.lua: count one execution: execution_count + 1, total_execution_time_ms +
 -- duration, last_used_at = now, expires_at = now + the record's ttl_ms (Redis time).
--- KEYS[1] the session's record hash
--- KEYS[2] the tenant's zset of active sessions by expires_at
--- ARGV[1] member
--- ARGV[2] duration ms (integer >= 0)
--- ARGV[3] sandbox id the execution ran in ('' = any): a record since replaced by
+-- KEYS[1] record  the session's record hash
+-- KEYS[2] expiry  the tenant's zset of active sessions by expires_at
+-- ARGV[1] member  member
+-- ARGV[2] duration_ms  duration ms (integer >= 0)
+-- ARGV[3] sandbox_id  sandbox id the execution ran in ('' = any): a record since replaced by
 --         another sandbox is not counted
 -- Returns {'ok', now_ms, execution_count, expires_at} or {'missing', now_ms} when there
 -- is no record (or it names another sandbox).

@@ -1,10 +1,10 @@
 -- session_save.lua: upsert a session record and keep the tenant's indexes in step with its
 -- status. Admission is not checked here (get_or_create does that in session_acquire).
--- KEYS[1] the session's record hash
--- KEYS[2] the tenant's set of active sessions (members "<conversation>:<path>")
--- KEYS[3] the tenant's zset of active sessions by expires_at (ms)
--- ARGV[1] member "<conversation>:<path>"
--- ARGV[2..] field, value pairs (must include status and expires_at)
+-- KEYS[1] record  the session's record hash
+-- KEYS[2] active  the tenant's set of active sessions (members "<conversation>:<path>")
+-- KEYS[3] expiry  the tenant's zset of active sessions by expires_at (ms)
+-- ARGV[1] member  member "<conversation>:<path>"
+-- ARGV[2..] fields{field, value}  field, value pairs (must include status and expires_at)
 -- Returns now_ms (also written as updated_at).
 
 local now = now_ms()

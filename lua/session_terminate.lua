@@ -1,13 +1,13 @@
 -- session_terminate.lua: end an active session, keeping its record for audit.
--- KEYS[1] the session's record hash
--- KEYS[2] the tenant's set of active sessions
--- KEYS[3] the tenant's zset of active sessions by expires_at
--- ARGV[1] member
--- ARGV[2] new status: terminated | expired | error
--- ARGV[3] reason (manual, merged, deleted, archived, expired, rotated, error)
--- ARGV[4] last error ('' = leave as is)
--- ARGV[5] sandbox id expected ('' = any): a session since replaced is left alone
--- ARGV[6] '1' = only when the record is past its expires_at (cleanup), else '0'
+-- KEYS[1] record  the session's record hash
+-- KEYS[2] active  the tenant's set of active sessions
+-- KEYS[3] expiry  the tenant's zset of active sessions by expires_at
+-- ARGV[1] member  member
+-- ARGV[2] status  new status: terminated | expired | error
+-- ARGV[3] reason  reason (manual, merged, deleted, archived, expired, rotated, error)
+-- ARGV[4] last_error  last error ('' = leave as is)
+-- ARGV[5] sandbox_id  sandbox id expected ('' = any): a session since replaced is left alone
+-- ARGV[6] only_if_expired  '1' = only when the record is past its expires_at (cleanup), else '0'
 -- Returns {'ok', now_ms, sandbox_id}, {'inactive', now_ms, sandbox_id} when it was not
 -- active (nothing changed), {'missing', now_ms} without a record, or {'mismatch', now_ms,
 -- sandbox_id} when it names another sandbox or (ARGV[6]) has not expired.

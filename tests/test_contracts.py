@@ -18,6 +18,7 @@ from coordinator.core.contracts import (
     Part,
     Run,
 )
+from coordinator.store import sessions
 from coordinator.store.scripts import SCRIPT_NAMES, lua_dir
 
 _SLOT = re.compile(r"^--\s+(KEYS|ARGV)\[([^\]]+)\]\s+(\w+)(?:\{([\w, ]+)\})?(?:\s|$)")
@@ -67,7 +68,7 @@ def check_positions(script: str, which: str, parts: tuple[Part, ...],
 
 
 def test_every_script_is_declared() -> None:
-    assert {c.script for c in CONTRACTS} == set(SCRIPT_NAMES)
+    assert {c.script for c in CONTRACTS} == {*SCRIPT_NAMES, *sessions.SCRIPT_NAMES}
 
 
 @pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: f"{c.script}.{c.variant}")
@@ -82,7 +83,7 @@ def test_header_lists_the_declared_slots(contract: Contract) -> None:
 
 
 def test_a_script_with_modes_declares_each() -> None:
-    for script in SCRIPT_NAMES:
+    for script in (*SCRIPT_NAMES, *sessions.SCRIPT_NAMES):
         sections = {s for s, _ in header(script)} - {""}
         assert sections == {c.variant for c in CONTRACTS if c.script == script} - {""}
 

@@ -199,12 +199,27 @@ QUOTA_RENEW = contract("quota_renew", "expiry grants buckets{bucket}",
 QUOTA_GRANT = contract("quota_grant", "root", "index:int grant_id window end_ms:int "
                        "amounts{dim,granted:int}")
 QUOTA_END = contract("quota_end", "root", "index:int grant_id")
+SESSION_LOAD = contract("session_load", "record", "")
+SESSION_SAVE = contract("session_save", "record active expiry", "member fields{field,value}")
+SESSION_ACQUIRE = contract(
+    "session_acquire", "record active expiry claims claimers",
+    "member cap:int max_executions:int claim_id claim_ttl_ms:int")
+SESSION_COMMIT = contract(
+    "session_commit", "record active expiry claims claimers history",
+    "member claim_id ttl_ms:int history_cap:int fields{field,value}")
+SESSION_RECORD = contract("session_record", "record expiry",
+                          "member duration_ms:int sandbox_id")
+SESSION_TERMINATE = contract("session_terminate", "record active expiry",
+                             "member status reason last_error sandbox_id only_if_expired:flag")
+SESSION_LIST = contract("session_list", "expiry", "cutoff limit:int")
+SESSION_ABANDON = contract("session_abandon", "claims claimers", "member claim_id")
 
 CONTRACTS: tuple[Contract, ...] = (
     OPEN, RESERVE, SETTLE, RELEASE, ABORT, CLOSE, RENEW, BREAKER_CHECK, BREAKER_RECORD,
     WINDOW_ADMIT, WINDOW_CHARGE, EVENT_ONCE, APPEND, REFUSAL, PROPAGATE, DATA_READ_GET,
     DATA_READ_ALL, DATA_WRITE, DATA_MERGE, DATA_SPAWN, DATA_SNAPSHOT, LEASE_TAKE,
     LEASE_FLUSH, LEASE_RETURN, REPAIR, QUOTA_SET, QUOTA_TAKE, QUOTA_SETTLE, QUOTA_RENEW,
-    QUOTA_GRANT, QUOTA_END)
+    QUOTA_GRANT, QUOTA_END, SESSION_LOAD, SESSION_SAVE, SESSION_ACQUIRE, SESSION_COMMIT,
+    SESSION_RECORD, SESSION_TERMINATE, SESSION_LIST, SESSION_ABANDON)
 """Every declared contract (a script with modes has one per mode)."""
 

@@ -27,6 +27,17 @@ import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
+from ..core.contracts import (
+    SESSION_ABANDON,
+    SESSION_ACQUIRE,
+    SESSION_COMMIT,
+    SESSION_LIST,
+    SESSION_LOAD,
+    SESSION_RECORD,
+    SESSION_SAVE,
+    SESSION_TERMINATE,
+    Contract,
+)
 from ..core.keys import KeySpace
 from ..core.session_errors import SessionStoreUnavailableError, SessionTenantError
 from ..core.session_models import ExecutionSession, ExecutionSessionIdentity
@@ -200,8 +211,9 @@ class SessionStore:
         except redis.RedisError as exc:
             raise SessionStoreUnavailableError(operation, exc) from exc
 
-    def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return self._run(name, lambda: self._scripts[name](keys=keys, args=args))
+    def _call(self, contract: Contract, keys: list[str], args: list[Any]) -> Any:
+        script = self._scripts[contract.script]
+        return self._run(contract.script, lambda: script(keys=keys, args=args))
 
     def _index_tenant(self, tenant_id: str) -> None:
         # Before the first write: a crash after it leaves a tenant listed, never a session
@@ -220,7 +232,8 @@ class SessionStore:
                 ) -> tuple[ExecutionSession | None, int]:
         """The record and the Redis time it was read at (ms)."""
         keys = self._keys(identity)
-        reply = self._call("session_load", [keys.record(identity.member)], [])
+        reply = self._call(SESSION_LOAD, SESSION_LOAD.key_list(record=keys.record(identity.member)),
+                           SESSION_LOAD.arg_list())
         return decode(reply[1:]), int(reply[0])
 
     def save(self, identity: ExecutionSessionIdentity, session: ExecutionSession) -> int:
@@ -229,12 +242,10 @@ class SessionStore:
             raise ValueError(f"the session belongs to {session.identity}, not {identity}")
         keys = self._keys(identity)
         self._index_tenant(identity.tenant_id)
-        args: list[Any] = [identity.member]
-        for field, value in encode(session).items():
-            if field != "updated_at":
-                args += [field, value]
-        return int(self._call("session_save", [keys.record(identity.member), keys.active,
-                                               keys.expiry], args))
+        fields = [x for fv in encode(session).items() if fv[0] != "updated_at" for x in fv]
+        return int(self._call(SESSION_SAVE, SESSION_SAVE.key_list(
+            record=keys.record(identity.member), active=keys.active, expiry=keys.expiry),
+            SESSION_SAVE.arg_list(member=identity.member, fields=fields)))
 
     def record_execution(self, identity: ExecutionSessionIdentity, duration_ms: int,
                          *, sandbox_id: str = "") -> Recorded | None:
@@ -242,8 +253,9 @@ class SessionStore:
         time), atomically. None when there is no record (or, given ``sandbox_id``, the
         record names another sandbox)."""
         keys = self._keys(identity)
-        reply = self._call("session_record", [keys.record(identity.member), keys.expiry],
-                           [identity.member, max(0, int(duration_ms)), sandbox_id])
+        reply = self._call(SESSION_RECORD, SESSION_RECORD.key_list(
+            record=keys.record(identity.member), expiry=keys.expiry), SESSION_RECORD.arg_list(
+            member=identity.member, duration_ms=max(0, int(duration_ms)), sandbox_id=sandbox_id))
         if reply[0] != "ok":
             return None
         return Recorded(int(reply[1]), int(reply[2]), from_ms(reply[3]))
@@ -256,10 +268,11 @@ class SessionStore:
         the indexes; the record stays for audit. Given ``sandbox_id``, a record naming
         another sandbox is left alone; ``only_if_expired`` leaves one not yet expired."""
         keys = self._keys(identity)
-        reply = self._call("session_terminate",
-                           [keys.record(identity.member), keys.active, keys.expiry],
-                           [identity.member, status, reason, last_error, sandbox_id,
-                            "1" if only_if_expired else "0"])
+        reply = self._call(SESSION_TERMINATE, SESSION_TERMINATE.key_list(
+            record=keys.record(identity.member), active=keys.active, expiry=keys.expiry),
+            SESSION_TERMINATE.arg_list(member=identity.member, status=status, reason=reason,
+                                       last_error=last_error, sandbox_id=sandbox_id,
+                                       only_if_expired=only_if_expired))
         return Terminated(reply[0], int(reply[1]), str(reply[2]) if len(reply) > 2 else "")
 
     def list_expired(self, cutoff: datetime, *, tenant_id: str | None = None,
@@ -283,7 +296,8 @@ class SessionStore:
               ) -> list[ExecutionSessionIdentity]:
         probe = ExecutionSessionIdentity(tenant_id=tenant_id, conversation_id="x", path_id="x")
         keys = self._keys(probe)
-        reply = self._call("session_list", [keys.expiry], [cutoff, max(0, limit)])
+        reply = self._call(SESSION_LIST, SESSION_LIST.key_list(expiry=keys.expiry),
+                           SESSION_LIST.arg_list(cutoff=cutoff, limit=max(0, limit)))
         out = []
         for member in reply[1::2]:
             conversation, _, path = str(member).partition(":")
@@ -310,10 +324,11 @@ class SessionStore:
         """The usable session, or a claim to create one, admitted against ``cap``."""
         keys = self._keys(identity)
         self._index_tenant(identity.tenant_id)
-        reply = self._call("session_acquire",
-                           [keys.record(identity.member), keys.active, keys.expiry,
-                            keys.claims, keys.claimers],
-                           [identity.member, cap, max_executions, claim_id, claim_ttl_ms])
+        reply = self._call(SESSION_ACQUIRE, SESSION_ACQUIRE.key_list(
+            record=keys.record(identity.member), active=keys.active, expiry=keys.expiry,
+            claims=keys.claims, claimers=keys.claimers), SESSION_ACQUIRE.arg_list(
+            member=identity.member, cap=cap, max_executions=max_executions, claim_id=claim_id,
+            claim_ttl_ms=claim_ttl_ms))
         session = decode(reply[4:]) if reply[0] == "existing" else None
         return Acquired(reply[0], int(reply[1]), str(reply[2]), int(reply[3]), session)
 
@@ -322,12 +337,12 @@ class SessionStore:
         """Record the session made under ``claim_id`` as active; None when the claim
         lapsed (the caller kills the sandbox it made)."""
         keys = self._keys(identity)
-        args: list[Any] = [identity.member, claim_id, ttl_ms, HISTORY_CAP]
-        for field, value in fields.items():
-            args += [field, value]
-        reply = self._call("session_commit",
-                           [keys.record(identity.member), keys.active, keys.expiry,
-                            keys.claims, keys.claimers, keys.history], args)
+        reply = self._call(SESSION_COMMIT, SESSION_COMMIT.key_list(
+            record=keys.record(identity.member), active=keys.active, expiry=keys.expiry,
+            claims=keys.claims, claimers=keys.claimers, history=keys.history),
+            SESSION_COMMIT.arg_list(member=identity.member, claim_id=claim_id, ttl_ms=ttl_ms,
+                                    history_cap=HISTORY_CAP,
+                                    fields=[x for fv in fields.items() for x in fv]))
         if reply[0] != "ok":
             return None
         return self.load(identity)
@@ -335,8 +350,9 @@ class SessionStore:
     def abandon(self, identity: ExecutionSessionIdentity, claim_id: str) -> bool:
         """Drop the caller's creation claim (the sandbox could not be made)."""
         keys = self._keys(identity)
-        return bool(self._call("session_abandon", [keys.claims, keys.claimers],
-                               [identity.member, claim_id]))
+        return bool(self._call(SESSION_ABANDON, SESSION_ABANDON.key_list(
+            claims=keys.claims, claimers=keys.claimers),
+            SESSION_ABANDON.arg_list(member=identity.member, claim_id=claim_id)))
 
     def history(self, identity: ExecutionSessionIdentity, count: int = 100
                 ) -> list[ExecutionSession]:
