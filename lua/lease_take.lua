@@ -46,21 +46,16 @@ for i = 8, #ARGV, 3 do
   least[#least + 1] = tonumber(ARGV[i + 2])
 end
 local totals = token_totals(dims)
-local fields = {'status', 'deadline'}
-for _, d in ipairs(dims) do
-  fields[#fields + 1] = 'l:' .. d
-  fields[#fields + 1] = 'u:' .. d
-  fields[#fields + 1] = 'h:' .. d
-end
-fields[#fields + 1] = 'q'  -- the root's number of quota buckets
-local qat = #fields
-local extra = {}  -- for a token total: its limit and the counters of both directions
+-- a token total limits the counters of both its directions: read those not asked for too
+local read_dims, asked = {}, {}
+for j, d in ipairs(dims) do read_dims[j], asked[d] = d, true end
 for _, t in ipairs(totals) do
-  extra[#extra + 1] = #fields + 1
-  for _, f in ipairs({t[4], 'u:' .. t[2], 'h:' .. t[2], 'u:' .. t[3], 'h:' .. t[3]}) do
-    fields[#fields + 1] = f
+  for k = 2, 3 do
+    if not asked[t[k]] then read_dims[#read_dims + 1], asked[t[k]] = t[k], true end
   end
 end
+-- the root's number of quota buckets (q) is read at every level
+local shape = level_shape({'status', 'deadline', 'q'}, read_dims, totals)
 
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[5])
@@ -69,43 +64,40 @@ local share = 1 / (divisor * redis.call('ZCARD', KEYS[4]))
 local grant = {}
 for j = 1, #dims do grant[j] = want[j] end
 local levels = #KEYS - 4
-local values = {}
+local read = {}
 for lv = 1, levels do
-  local v = redis.call('HMGET', KEYS[lv + 4], unpack(fields))
-  if v[1] ~= 'running' then return {0, now, 'not running'} end
+  local level = read_level(KEYS[lv + 4], shape)
+  if level.status ~= 'running' then return {0, now, 'not running'} end
   -- a corrupt field refuses the slice: the strict reserve that follows stops the level
   -- (state_corrupt, lib.lua)
-  for i = 2, #v do
-    if stored_num(v[i]) == false then return {0, now, 'corrupt ' .. fields[i]} end
-  end
-  local deadline = stored_num(v[2]) or 0
+  if level.corrupt then return {0, now, 'corrupt ' .. level.corrupt_field} end
+  local deadline = level.deadline
   if deadline > 0 and now >= deadline then return {0, now, 'deadline passed'} end
-  for j = 1, #dims do
-    local base = 2 + (j - 1) * 3
-    local limit = stored_num(v[base + 1])
+  for j, d in ipairs(dims) do
+    local slot = shape.slot[d]
+    local limit = level[slot.limit]
     if limit then
-      local left = limit - (stored_num(v[base + 2]) or 0) - (stored_num(v[base + 3]) or 0)
+      local left = limit - level[slot.used] - level[slot.held]
       local cap = math.floor(left * share)
       if cap < grant[j] then grant[j] = cap end
-      if left < least[j] then return {0, now, dims[j] .. ' too low'} end
+      if left < least[j] then return {0, now, d .. ' too low'} end
     end
   end
   for i, t in ipairs(totals) do
-    local at = extra[i]
-    local limit = stored_num(v[at])
+    local limit = level[shape.total_slot[i]]
     if limit then
-      local left = limit
-      for k = 1, 4 do left = left - (stored_num(v[at + k]) or 0) end
+      local a, b = shape.slot[t[2]], shape.slot[t[3]]
+      local left = limit - level[a.used] - level[a.held] - level[b.used] - level[b.held]
       local cap = math.floor(left * share / 2)
       for j, d in ipairs(dims) do
         if (d == t[2] or d == t[3]) and cap < grant[j] then grant[j] = cap end
       end
     end
   end
-  values[lv] = v
+  read[lv] = level
 end
 local qst = nil
-local nq = stored_num(values[1][qat]) or 0
+local nq = read[1].q
 if nq > 0 then
   local why
   qst, why = quota_state(KEYS[5], nq, now)
@@ -127,11 +119,11 @@ end
 local held = held_pairs(dims, grant)
 for lv = 1, levels do
   local set = {}
-  for j = 1, #dims do
+  for j, d in ipairs(dims) do
     if grant[j] > 0 then
-      local base = 2 + (j - 1) * 3
-      set[#set + 1] = fields[base + 3]
-      set[#set + 1] = (stored_num(values[lv][base + 3]) or 0) + grant[j]
+      local slot = shape.slot[d]
+      set[#set + 1] = slot.held_field
+      set[#set + 1] = read[lv][slot.held] + grant[j]
     end
   end
   if lv == 1 and qst then

@@ -43,13 +43,16 @@ local function stored_num(v)
   return false
 end
 
+-- Why a stored value (of field) is corrupt: the detail of a state_corrupt stop.
+local function not_a_number(field, value)
+  local shown = string.sub(tostring(value), 1, 40)
+  return 'field ' .. field .. ' holds ' .. cjson.encode(shown) .. ', not a number'
+end
+
 -- values[i] (field name) as a number, default when absent; nil and the reason when corrupt.
 local function checked(values, i, field, default)
   local n = stored_num(values[i])
-  if n == false then
-    local shown = string.sub(tostring(values[i]), 1, 40)
-    return nil, 'field ' .. field .. ' holds ' .. cjson.encode(shown) .. ', not a number'
-  end
+  if n == false then return nil, not_a_number(field, values[i]) end
   if n == nil then return default end
   return n
 end
@@ -168,6 +171,72 @@ local function token_totals(dims)
   return out
 end
 
+-- How levels are read by read_level: the fields of one HMGET. head: named fields read
+-- first ('status' as stored, any other a number, 0 when absent); then l:, u:, h: of each
+-- dimension of dims; then the limit of each token total of totals (token_totals: both
+-- its directions must be among dims). slot[d]: where dimension d's numbers are in a level
+-- read with this shape ({limit, used, held}) and its u: and h: fields (used_field,
+-- held_field, for the caller's HSET); total_slot[i]: where the limit of totals[i] is;
+-- limit_at[i]: true when fields[i] is a limit (absent: no limit, where a counter is 0).
+local function level_shape(head, dims, totals)
+  local fields, slot, total_slot, limit_at = {}, {}, {}, {}
+  for i, f in ipairs(head) do fields[i] = f end
+  for _, d in ipairs(dims) do
+    local n = #fields
+    fields[n + 1], fields[n + 2], fields[n + 3] = 'l:' .. d, 'u:' .. d, 'h:' .. d
+    slot[d] = {limit = n + 1, used = n + 2, held = n + 3, used_field = fields[n + 2],
+               held_field = fields[n + 3]}
+    limit_at[n + 1] = true
+  end
+  for i, t in ipairs(totals) do
+    fields[#fields + 1] = t[4]
+    total_slot[i] = #fields
+    limit_at[#fields] = true
+  end
+  return {head = head, fields = fields, slot = slot, total_slot = total_slot,
+          limit_at = limit_at}
+end
+
+-- read_level's number at level[i] (default when absent), noting why when it is corrupt.
+local function level_num(level, fields, i, default)
+  local v = level[i]
+  local n = stored_num(v)
+  if n == nil then return default end
+  if n == false then
+    local detail = not_a_number(fields[i], v)
+    level.why = level.why or {}
+    level.why[fields[i]] = detail
+    if not level.corrupt then level.corrupt, level.corrupt_field = detail, fields[i] end
+  end
+  return n
+end
+
+-- A level's context hash (key) read with one HMGET of shape's fields (level_shape), every
+-- number parsed (stored_num) where it was read: level[shape.slot[d].limit] (.used, .held)
+-- and level[shape.total_slot[i]] are numbers, and the head's fields are named (status as
+-- stored, level.deadline...). An absent limit is nil, an absent counter or head number 0;
+-- a corrupt number is false, and level.why = {field -> detail} says why (not_a_number;
+-- nil when none is). level.corrupt and level.corrupt_field: the detail and the field of
+-- the first corrupt number in field order. The callers (reserve.lua, lease_take.lua,
+-- finish) check status, deadline and each limit against its counters themselves.
+-- The numbers replace the HMGET reply's strings in place: no table per level beyond it.
+local function read_level(key, shape)
+  local fields, limit_at = shape.fields, shape.limit_at
+  local level = redis.call('HMGET', key, unpack(fields))
+  local head = shape.head
+  for i, f in ipairs(head) do
+    if f == 'status' then level.status = level[i] else level[f] = level_num(level, fields, i, 0) end
+  end
+  for i = #head + 1, #fields do
+    if limit_at[i] then
+      level[i] = level_num(level, fields, i, nil)
+    else
+      level[i] = level_num(level, fields, i, 0)
+    end
+  end
+  return level
+end
+
 -- Appends and publishes a TokenLedgerUpdated event if any tokens were consumed: the
 -- call's tokens (and the USD it was charged) and the calling context's new token totals,
 -- by provider ('' = all) and direction. A call has one provider, so its USD goes in both
@@ -244,32 +313,30 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   local totals = token_totals(dims)
   for _, t in ipairs(totals) do touch(t[2]); touch(t[3]) end
 
-  local fields = {}
-  for j, d in ipairs(dims) do
-    fields[3 * j - 2], fields[3 * j - 1], fields[3 * j] = 'l:' .. d, 'u:' .. d, 'h:' .. d
-  end
-  for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
+  local shape = level_shape({}, dims, totals)
+  local fields = shape.fields
   local root = rec.p[1]
   local caller_used = {}
   local plan, broken = {}, {}
   for lv = 1, #rec.p do
     local key = KEYS[first + 2 * (lv - 1)]
-    local v = redis.call('HMGET', key, unpack(fields))
+    local level = read_level(key, shape)
+    local why = level.why
     local set, hit, used, bad = {}, nil, {}, nil
-    for j, d in ipairs(dims) do
-      local limit, bad_limit = checked(v, 3 * j - 2, fields[3 * j - 2], nil)
-      local u, bad_used = checked(v, 3 * j - 1, fields[3 * j - 1], 0)
-      local h, bad_held = checked(v, 3 * j, fields[3 * j], 0)
-      bad = bad or bad_used or bad_held
-      if bad_limit and hit == nil then hit = {'state_corrupt', bad_limit} end
+    for _, d in ipairs(dims) do
+      local slot = shape.slot[d]
+      local limit, u, h = level[slot.limit], level[slot.used], level[slot.held]
+      bad = bad or (u == false and why[slot.used_field])
+            or (h == false and why[slot.held_field]) or nil
+      if limit == false and hit == nil then hit = {'state_corrupt', why[fields[slot.limit]]} end
       used[d] = u
       if dheld[d] ~= 0 and h then
-        set[#set + 1] = fields[3 * j]
+        set[#set + 1] = slot.held_field
         set[#set + 1] = h + dheld[d]
       end
       if dused[d] ~= 0 and u then
         used[d] = u + dused[d]
-        set[#set + 1] = fields[3 * j - 1]
+        set[#set + 1] = slot.used_field
         set[#set + 1] = used[d]
         if hit == nil and limit and used[d] >= limit then
           hit = {reason_for(d), 'dimension ' .. d .. ' at ' .. amount_text(d, used[d]) ..
@@ -278,8 +345,8 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
       end
     end
     for i, t in ipairs(totals) do
-      local limit, bad_limit = checked(v, 3 * #dims + i, t[4], nil)
-      if bad_limit and hit == nil then hit = {'state_corrupt', bad_limit} end
+      local limit = level[shape.total_slot[i]]
+      if limit == false and hit == nil then hit = {'state_corrupt', why[t[4]]} end
       if hit == nil and not bad and limit and dused[t[2]] + dused[t[3]] > 0 then
         local total = used[t[2]] + used[t[3]]
         if total >= limit then
@@ -291,12 +358,13 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     end
     if bad then broken[#broken + 1] = {lv, bad} end
     if lv == #rec.p then caller_used = used end
-    plan[lv] = {key, KEYS[first + 2 * (lv - 1) + 1], set, hit}
+    plan[lv] = {key = key, events = KEYS[first + 2 * (lv - 1) + 1], set = set, hit = hit}
   end
   if bad_record then broken[#broken + 1] = {#rec.p, bad_record} end
   local stopped = {}
   local function stop(lv, reason, detail)
-    if stop_level(plan[lv][1], plan[lv][2], rec.p[lv], root, channel, reason, detail, now) then
+    local p = plan[lv]
+    if stop_level(p.key, p.events, rec.p[lv], root, channel, reason, detail, now) then
       stopped[#stopped + 1] = lv
       stopped[#stopped + 1] = reason
       stopped[#stopped + 1] = detail
@@ -306,11 +374,11 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     for _, b in ipairs(broken) do stop(b[1], 'state_corrupt', b[2]) end
     return false, stopped
   end
-  if rec.q then quota_finish(plan[1][1], rec, dheld, dused, plan[1][3]) end
+  if rec.q then quota_finish(plan[1].key, rec, dheld, dused, plan[1].set) end
   for lv = 1, #rec.p do
-    local set, hit = plan[lv][3], plan[lv][4]
-    if #set > 0 then redis.call('HSET', plan[lv][1], unpack(set)) end
-    if hit then stop(lv, hit[1], hit[2]) end
+    local p = plan[lv]
+    if #p.set > 0 then redis.call('HSET', p.key, unpack(p.set)) end
+    if p.hit then stop(lv, p.hit[1], p.hit[2]) end
   end
   ledger_update(rec, totals, dused, caller_used, now, ledger_key, ledger_channel)
   return true, stopped

@@ -61,14 +61,8 @@ for _, t in ipairs(totals) do
   end
 end
 
-local fields = {'status', 'deadline'}
-for _, d in ipairs(dims) do
-  fields[#fields + 1] = 'l:' .. d
-  fields[#fields + 1] = 'u:' .. d
-  fields[#fields + 1] = 'h:' .. d
-end
-for _, t in ipairs(totals) do fields[#fields + 1] = t[4] end
-fields[#fields + 1] = 'q'  -- the root's number of quota buckets (lib.lua quota_state)
+-- the root's number of quota buckets (q, lib.lua quota_state) is read at every level
+local shape = level_shape({'status', 'deadline', 'q'}, dims, totals)
 local nq = 0
 
 -- The refusal of a call at level lv whose dimension d (limit, used, held) cannot take
@@ -95,52 +89,47 @@ local levels = (#KEYS - 3) / 2
 local holds = {}     -- per level: the HSET arguments that add the amounts to its holds
 for lv = 1, levels do
   local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
-  local v = redis.call('HMGET', key, unpack(fields))
-  if not v[1] then return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 1, now} end
-  if v[1] ~= 'running' then
-    local reason = redis.call('HGET', key, 'reason') or v[1]
+  local level = read_level(key, shape)
+  if not level.status then
+    return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 1, now}
+  end
+  if level.status ~= 'running' then
+    local reason = redis.call('HGET', key, 'reason') or level.status
     return {0, lv, reason, 'stopped: ' .. reason, 1, now}
   end
   -- every number of the level is checked before any is used (fail closed on corruption)
-  local n = {}
-  for i = 2, #fields do
-    local default = 0
-    if string.sub(fields[i], 1, 2) == 'l:' then default = nil end
-    local value, bad = checked(v, i, fields[i], default)
-    if bad then return corrupt(lv, key, events_key, bad) end
-    n[i] = value
-  end
-  local deadline = n[2]
+  if level.corrupt then return corrupt(lv, key, events_key, level.corrupt) end
+  local deadline = level.deadline
   if deadline > 0 and now >= deadline then
     local detail = 'deadline passed ' .. (now - deadline) .. ' ms ago'
     stop_level(key, events_key, ids[lv], root, channel, 'timeout', detail, now)
     return {0, lv, 'timeout', detail, 1, now}
   end
-  local set, used, held = {}, {}, {}
+  local set = {}
   for j, d in ipairs(dims) do
-    local base = 2 + (j - 1) * 3
-    local limit, u, h, amount = n[base + 1], n[base + 2], n[base + 3], amounts[j]
-    used[j], held[j] = u, h
+    local slot = shape.slot[d]
+    local limit, u, h, amount = level[slot.limit], level[slot.used], level[slot.held], amounts[j]
     if limit and (u >= limit or u + h + amount > limit) then
       return refuse(lv, key, events_key, d, limit, u, h, amount)
     end
     if amount > 0 then
-      set[#set + 1] = fields[base + 3]
+      set[#set + 1] = slot.held_field
       set[#set + 1] = h + amount
     end
   end
   for i, t in ipairs(totals) do
-    local limit = n[2 + 3 * #dims + i]
+    local limit = level[shape.total_slot[i]]
     if limit then
-      local a, b = at[t[2]], at[t[3]]
-      local u, h, amount = used[a] + used[b], held[a] + held[b], amounts[a] + amounts[b]
+      local a, b = shape.slot[t[2]], shape.slot[t[3]]
+      local u, h = level[a.used] + level[b.used], level[a.held] + level[b.held]
+      local amount = amounts[at[t[2]]] + amounts[at[t[3]]]
       if u >= limit or u + h + amount > limit then
         return refuse(lv, key, events_key, t[1] .. 'ttot', limit, u, h, amount)
       end
     end
   end
   holds[lv] = set
-  if lv == 1 then nq = n[#fields] end
+  if lv == 1 then nq = level.q end
 end
 local qgids = nil
 if nq > 0 then
