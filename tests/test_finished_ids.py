@@ -6,8 +6,10 @@ is flagged late and charges nothing when its id's trace is gone."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext, WrapOptions
+from coordinator.core.contracts import SETTLE
 from coordinator.core.keys import KeySpace
 from coordinator.core.paths import Path
 from coordinator.store.lateness import LATE_AFTER_S, Lateness
@@ -95,17 +97,21 @@ def test_a_settle_after_its_reaped_id_was_trimmed_is_not_charged_twice(
         paused.close()
 
 
+def _settle_args(reservation_id: str, amounts: tuple[str | int, ...]) -> list[Any]:
+    return SETTLE.arg_list(reservation_id=reservation_id, abort_channel="ch", node="",
+                           node_cap=10, ledger_channel="lch", late=False, amounts=amounts)
+
+
 def test_a_finish_is_late_when_first_sent_long_ago_or_its_lease_unconfirmed() -> None:
     lateness = Lateness(lease_ms=4000)
-    op = Op("settle", [], ["r1", "ch", "", 10, "lch", "0", "usd", 5], reservation_id="r1",
-            late_at=5)
+    late = SETTLE.slot("late")
+    op = Op("settle", [], _settle_args("r1", ("usd", 5)), reservation_id="r1", late_at=late)
     lateness.confirm(["r1"])
-    assert lateness.args(op)[5] == "0"  # first send, lease just confirmed
+    assert lateness.args(op)[late] == "0"  # first send, lease just confirmed
     op.first_sent -= LATE_AFTER_S + 0.1
-    assert lateness.args(op)[5] == "1"  # a repeat long after its first send
-    fresh = Op("settle", [], ["r2", "ch", "", 10, "lch", "0"], reservation_id="r2",
-               late_at=5)
+    assert lateness.args(op)[late] == "1"  # a repeat long after its first send
+    fresh = Op("settle", [], _settle_args("r2", ()), reservation_id="r2", late_at=late)
     lateness.confirm(["r2"])
     lateness._confirmed["r2"] -= 2.1  # more than half a lease without renewal
-    assert lateness.args(fresh)[5] == "1"
-    assert op.args[5] == "0"  # the op itself is not changed
+    assert lateness.args(fresh)[late] == "1"
+    assert op.args[late] == "0"  # the op itself is not changed
