@@ -5,6 +5,7 @@ the calls that cost money (Playwright driving Debian's Chromium)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from coordinator import Decision, SafetyEvent
@@ -24,7 +25,17 @@ def test_a_busy_200_context_tree_is_short_and_shows_the_calls_that_cost(
     run.abort("aborted by the test")
     for kid in kids[:37]:  # refused: $0 each
         assert spend(kid, 0.01) == Decision.HALT
-    coord.store.flush()
+    coord.store.flush()  # every record of the refusals lands before the page is read
+    # A kid that heard the abort over pub/sub refuses on its own, one that had not yet
+    # is refused by Redis: which one happens is a race (a loaded machine loses it for
+    # the first few kids), and both must record the same words, or the page would show
+    # one stop as two lines ("28 contexts" and "9 contexts").
+    refusals = [json.loads(e) for kid in kids[:37]
+                for e in coord.store.client.lrange(
+                    coord.store.ks.events(run.root_id, kid.chain_id), 0, -1)
+                if json.loads(e).get("event_type") == "aborted"]
+    assert len(refusals) == 37
+    assert {(e["reason"], e["decision"]) for e in refusals} == {("stopped: aborted", "HALT")}
     with dashboard(redis_url) as http:
         login(page, http, "victor", "victor-pw")
         page.goto(f"{http.base}/trees/busy-run")

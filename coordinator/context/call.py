@@ -103,7 +103,10 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     flight, or the decision that stops it before it runs."""
     call_id, keyed = state.next_call_id()
     if state.stopped is not None:
-        return halt(state, kind, opts, call_id, state.stopped, f"context stopped: {state.stopped}")
+        # the same words as reserve.lua's refusal of a stopped level: whether this process
+        # heard the stop (pub/sub) or learns it from Redis is a race, and the records of
+        # one stop must not differ by who won it (the dashboard folds identical ones)
+        return halt(state, kind, opts, call_id, state.stopped, f"stopped: {state.stopped}")
     if state.closed:
         return halt(state, kind, opts, call_id, "closed", "context is closed")
     unpriced = strict_refusal(opts.model, opts.provider, state.coord.charging)
