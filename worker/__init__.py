@@ -2,26 +2,5 @@
 is :mod:`coordinator.celery`'s (import it from there: a project's own ``worker.py``
 shadows this package)."""
 
-from coordinator.celery import (
-    HEADER,
-    NoContextHeaderError,
-    TaskInterrupted,
-    TaskStoppedError,
-    contained,
-    current_cancellation_token,
-    current_context,
-    incoming_token,
-    install,
-)
-
-__all__ = [
-    "HEADER",
-    "NoContextHeaderError",
-    "TaskInterrupted",
-    "TaskStoppedError",
-    "contained",
-    "current_cancellation_token",
-    "current_context",
-    "incoming_token",
-    "install",
-]
+from coordinator.celery import *  # noqa: F403  (the same names, re-exported whole)
+from coordinator.celery import __all__ as __all__
