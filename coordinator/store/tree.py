@@ -142,10 +142,8 @@ class Store:
         if self.wire.durability.waits and not keyed:
             # it may be held (on the primary, or on a replica about to take over) for
             # a call that will not run: let go of it rather than wait for its lease
-            self.wire.queue(Op(RELEASE.script, list(self._finish_keys(path)), RELEASE.arg_list(
-                reservation_id=reservation_id, abort_channel=self.ks.abort_channel, node="",
-                node_cap=NODE_STREAM_CAP, ledger_channel=self.ks.ledger_channel,
-                outcome="skip", late=False, amounts=()), late_at=_RELEASE_LATE))
+            self.wire.queue(self._finish_op(path, reservation_id, "skip", "", (),
+                                            notify=False))
 
     def reserve_op(self, path: Path, reservation_id: str, amounts: Sequence[str | int],
                    keyed: bool) -> Op:
@@ -170,30 +168,39 @@ class Store:
         Write-behind ops are queued: sent with this process's next round trip, or by the
         flusher (the caller schedules it), so the call does not wait for a send. They
         return no stops, which still happen in Redis and are broadcast."""
-        node_json = json.dumps(node) if node else ""
-        if outcome == "ok":
-            script, late_at = SETTLE.script, _SETTLE_LATE
-            args = SETTLE.arg_list(
-                reservation_id=reservation_id, abort_channel=self.ks.abort_channel,
-                node=node_json, node_cap=NODE_STREAM_CAP,
-                ledger_channel=self.ks.ledger_channel, late=False, amounts=amounts)
-        else:
-            script, late_at = RELEASE.script, _RELEASE_LATE
-            args = RELEASE.arg_list(
-                reservation_id=reservation_id, abort_channel=self.ks.abort_channel,
-                node=node_json, node_cap=NODE_STREAM_CAP,
-                ledger_channel=self.ks.ledger_channel, outcome=outcome, late=False,
-                amounts=amounts)
-        op = Op(script, list(self._finish_keys(path)), args, reservation_id=reservation_id,
-                late_at=late_at,
-                on_reply=functools.partial(note_finish, script, reservation_id, path))
+        op = self._finish_op(path, reservation_id, outcome,
+                             json.dumps(node) if node else "", amounts, untrack=True)
         if write_behind:
             self.wire.queue(op)
             return []
         reply = self.wire.run(op)
         self.wire.untrack(reservation_id)
-        finished = note_finish(script, reservation_id, path, reply)
+        finished = note_finish(op.kind, reservation_id, path, reply)
         return finished.stops if finished is not None else []
+
+    def _finish_op(self, path: Path, reservation_id: str, outcome: str, node_json: str,
+                   amounts: Sequence[str | int], *, notify: bool = True,
+                   untrack: bool = False) -> Op:
+        """The settle (``outcome='ok'``) or release op of a reservation, its late flag's
+        slot from the contract. ``notify``: its reply goes to :func:`note_finish`;
+        ``untrack``: its landing ends the renewal of the hold."""
+        ks = self.ks
+        if outcome == "ok":
+            script, late_at = SETTLE.script, _SETTLE_LATE
+            args = SETTLE.arg_list(
+                reservation_id=reservation_id, abort_channel=ks.abort_channel,
+                node=node_json, node_cap=NODE_STREAM_CAP, ledger_channel=ks.ledger_channel,
+                late=False, amounts=amounts)
+        else:
+            script, late_at = RELEASE.script, _RELEASE_LATE
+            args = RELEASE.arg_list(
+                reservation_id=reservation_id, abort_channel=ks.abort_channel,
+                node=node_json, node_cap=NODE_STREAM_CAP, ledger_channel=ks.ledger_channel,
+                outcome=outcome, late=False, amounts=amounts)
+        return Op(script, list(self._finish_keys(path)), args,
+                  reservation_id=reservation_id if untrack else None, late_at=late_at,
+                  on_reply=functools.partial(note_finish, script, reservation_id, path)
+                  if notify else None)
 
     def reap(self, root: str, reservation_id: str, record: ReservationRecord,
              node: dict[str, Any]) -> None:
@@ -207,14 +214,7 @@ class Store:
         # settle.lua counts the step itself; the other held amounts become the actuals
         actual = [x for dim, amount in record.held_pairs() if dim != "steps"
                   for x in (dim, amount)]
-        args = SETTLE.arg_list(reservation_id=reservation_id,
-                               abort_channel=self.ks.abort_channel, node=json.dumps(node),
-                               node_cap=NODE_STREAM_CAP, ledger_channel=self.ks.ledger_channel,
-                               late=False, amounts=actual)
-        self.wire.queue(Op(SETTLE.script, list(self._finish_keys(path)), args,
-                           late_at=_SETTLE_LATE,
-                           on_reply=functools.partial(note_finish, SETTLE.script,
-                                                      reservation_id, path)))
+        self.wire.queue(self._finish_op(path, reservation_id, "ok", json.dumps(node), actual))
 
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event list with the next round trip."""
