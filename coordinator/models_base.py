@@ -58,6 +58,15 @@ def in_range(value: object, low: float, high: float) -> bool:
             and low <= value <= high)
 
 
+def decimal_text(value: object) -> object:
+    """``value`` as an int when it is a string of ASCII decimal digits (fewer than 20, so
+    no huge int is ever built from a setting), else ``value`` as given, for the range
+    check that follows to refuse."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20:
+        return int(value)
+    return value
+
+
 def check_usd(value: Any, name: str, *, positive: bool = False) -> float:
     """``value`` as a USD amount: a real number (not a bool or a string), finite, at least 0
     (``positive``: at least one micro-dollar, the smallest amount the ledger counts) and at

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidConfigError
-from ..models_base import check_count
+from ..models_base import check_count, decimal_text
 from .errors import DataKeyError, DataTooLargeError, DataValueError
 
 MAX_DEPTH = 100
@@ -38,8 +38,7 @@ class DataLimits:
         given = {name: (env, os.environ[env]) for env, name in (
             ("BUDGET_DATA_MAX_CONTEXT_BYTES", "max_context_bytes"),
             ("BUDGET_DATA_MAX_VALUE_BYTES", "max_value_bytes")) if os.environ.get(env)}
-        return cls(**_check_limits({name: (env, int(text) if text.isascii()
-                                           and text.isdigit() and len(text) < 20 else text)
+        return cls(**_check_limits({name: (env, decimal_text(text))
                                     for name, (env, text) in given.items()}))
 
 

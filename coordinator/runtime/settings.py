@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import TopologySettingError
+from ..models_base import decimal_text
 
 DEFAULT_URL = "redis://localhost:6379/0"
 DEFAULT_LEASE_MS = 60_000
@@ -35,8 +36,7 @@ def checked_setting(name: str, value: object, env: str = "") -> int:
     environment variable ``env`` gives it, must be decimal digits). Raises
     TopologySettingError naming ``env`` or ``name``."""
     low, high = SETTING_RANGES[name]
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20:
-        value = int(value)
+    value = decimal_text(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise TopologySettingError(env or name, value, f"an integer from {low} to {high}")
     return value
