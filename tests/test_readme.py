@@ -68,34 +68,31 @@ def test_the_celery_example_runs_its_task_body(tmp_path: Path) -> None:
     page = blocks_of("README.md")
     assert any(c.startswith("celery -A agents worker") for b in page if b.lang == "bash"
                for c in commands_of(b))
+    said = _after_the_readme(tmp_path, "snap = run.get_snapshot()\n"
+                             "print(snap.status, snap.step_count, snap.cost_usd_accumulated)\n")
+    assert said.split() == ["closed", "1", "0.012"]
+
+
+def _after_the_readme(tmp_path: Path, python: str) -> str:
+    """What ``python`` prints, typed in after every README block ran as written (with its
+    worker) on a redis-server of its own."""
     with RedisServer() as server:
         runner = Page("README.md", tmp_path, page_env(server, tmp_path))
         try:
             runner.run_blocks(lambda text: next((f"not run: {piece}" for piece in
                                                  ("<id>", "./dev", "[--day") if piece in text),
                                                 None))
-            said = runner.type_in(Block("README.md", 0, "python", (
-                "snap = run.get_snapshot()\n"
-                "print(snap.status, snap.step_count, snap.cost_usd_accumulated)\n")))
+            return runner.type_in(Block("README.md", 0, "python", python))
         finally:
             runner.close()
-    assert said.split() == ["closed", "1", "0.012"]
 
 
 def test_the_celery_example_task_reports_a_refused_call(tmp_path: Path) -> None:
     """The README's task checks the Decision its call returns (users copy it): sent under
     a context whose budget cannot cover the call's estimate, it says it was refused
     instead of returning notes it never took."""
-    with RedisServer() as server:
-        runner = Page("README.md", tmp_path, page_env(server, tmp_path))
-        try:
-            runner.run_blocks(lambda text: next((f"not run: {piece}" for piece in
-                                                 ("<id>", "./dev", "[--day") if piece in text),
-                                                None))
-            said = runner.type_in(Block("README.md", 0, "python", (
-                "with ExecutionContext(ExecutionConfig(max_cost_usd=0.01, max_steps=5,\n"
-                "                                      max_retries_total=1)) as poor:\n"
-                "    print(research.delay('pricing').get(timeout=60))\n")))
-        finally:
-            runner.close()
+    said = _after_the_readme(tmp_path, (
+        "with ExecutionContext(ExecutionConfig(max_cost_usd=0.01, max_steps=5,\n"
+        "                                      max_retries_total=1)) as poor:\n"
+        "    print(research.delay('pricing').get(timeout=60))\n"))
     assert said.strip() == "no notes on pricing (HALT)"
