@@ -155,7 +155,7 @@ def _report(label: str, values: list[float]) -> None:
 def main(trials: int) -> None:
     from coordinator import Coordinator, ExecutionConfig, ExecutionContext
     from coordinator.embedded import RedisServer
-    from tests.celery_app_harness import TOKEN_KEYS, Workers
+    from tests.support.celery_app_harness import TOKEN_KEYS, Workers
 
     with RedisServer() as server:
         base = f"redis://127.0.0.1:{server.port}"

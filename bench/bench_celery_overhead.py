@@ -81,7 +81,7 @@ def _p(values: list[float], q: float) -> float:
 def main(rounds: int, warm_up: int) -> None:
     from coordinator import Coordinator, ExecutionConfig, ExecutionContext
     from coordinator.embedded import RedisServer
-    from tests.celery_app_harness import TOKEN_KEYS, Workers
+    from tests.support.celery_app_harness import TOKEN_KEYS, Workers
 
     with RedisServer() as server:
         base = f"redis://127.0.0.1:{server.port}"

@@ -32,9 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext  # noqa: E402
 from coordinator.core.keys import KeySpace  # noqa: E402
-from tests.invariants import orphans  # noqa: E402
-from tests.procs import TEST_KEYS  # noqa: E402
-from tests.topologies import SentinelSet, failover_agent  # noqa: E402
+from tests.support.invariants import orphans  # noqa: E402
+from tests.support.procs import TEST_KEYS  # noqa: E402
+from tests.support.topologies import SentinelSet, failover_agent  # noqa: E402
 
 SPAWN = mp.get_context("spawn")
 

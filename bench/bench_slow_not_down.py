@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from coordinator import ExecutionConfig, ExecutionContext  # noqa: E402
 from coordinator.embedded import RedisServer  # noqa: E402
-from tests.procs import TEST_KEYS  # noqa: E402
+from tests.support.procs import TEST_KEYS  # noqa: E402
 
 SPAWN = mp.get_context("spawn")
 BIG = ExecutionConfig(max_cost_usd=1e6, max_steps=10**9, max_retries_total=10**9)

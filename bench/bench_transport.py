@@ -1,6 +1,6 @@
 """What the SDK transport (coordinator.integrations) costs per request, in raw Redis round
 trips: an OpenAI client given the transport against the same client without it, on a
-local OpenAI-compatible provider (tests/fake_provider.py, in a process of its own).
+local OpenAI-compatible provider (tests/support/fake_provider.py, in a process of its own).
 
 Measured in one process against one loopback redis-server started here, interleaved
 request by request in a new order every round (bench/timing.py); each call's
@@ -57,7 +57,7 @@ MESSAGES = [{"role": "user", "content": "What is the weather in Paris today?"}]
 
 def start_provider() -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_provider", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.fake_provider", str(port)],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

@@ -5,7 +5,7 @@ healed and the books are checked.
     .venv/bin/python bench/nemesis.py --topology cluster --seconds 60 --seed 7
     .venv/bin/python bench/nemesis.py --topology sentinel --durability local
 
-Faults (tests/chaos.py puts every node behind a proxy that its clients, sentinels and
+Faults (tests/support/chaos.py puts every node behind a proxy that its clients, sentinels and
 replicas go through): SIGKILL a primary (restarted once its replica took over, so it
 rejoins as a replica), SIGSTOP a node and resume it, promote a replica by hand (SENTINEL
 FAILOVER / CLUSTER FAILOVER), delay a node's replies, cut its connections.
@@ -49,10 +49,10 @@ from coordinator import (  # noqa: E402
     report_usage,
 )
 from coordinator.core.keys import KeySpace  # noqa: E402
-from tests.chaos import ChaosCluster, ChaosSentinel, Node  # noqa: E402
-from tests.invariants import check_tree  # noqa: E402
-from tests.procs import TEST_KEYS  # noqa: E402
-from tests.topologies import wait_for  # noqa: E402
+from tests.support.chaos import ChaosCluster, ChaosSentinel, Node  # noqa: E402
+from tests.support.invariants import check_tree  # noqa: E402
+from tests.support.procs import TEST_KEYS  # noqa: E402
+from tests.support.topologies import wait_for  # noqa: E402
 
 SPAWN = mp.get_context("spawn")
 HOT_MS = 250

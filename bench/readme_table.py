@@ -1,7 +1,7 @@
 """The README's performance table, from a benchmark run: bench_core.py (round trips of a
 wrapped call, side by side with a raw EVALSHA) and bench_memory.py (Redis memory per call
 and per context). It prints the table; ``--write README.md`` replaces the table between
-the README's markers. tests/test_readme_table.py checks the README's table has this
+the README's markers. tests/docs/test_readme_table.py checks the README's table has this
 script's format (not its numbers, which depend on the machine).
 
 Run: .venv/bin/python bench/readme_table.py [--calls 5000] [--write README.md]

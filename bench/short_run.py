@@ -1,5 +1,5 @@
 """``--quick``, every benchmark's short form: the same code paths on tiny sizes, to check
-that the script runs (tests/test_bench.py runs each so); its figures mean nothing."""
+that the script runs (tests/project/test_bench.py runs each so); its figures mean nothing."""
 
 from __future__ import annotations
 

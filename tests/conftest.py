@@ -9,7 +9,7 @@ import redis
 
 from coordinator import Coordinator
 from coordinator.embedded import RedisServer
-from tests.procs import TEST_KEYS  # the same keys in the processes the tests start
+from tests.support.procs import TEST_KEYS  # the same keys in the processes the tests start
 
 
 @pytest.fixture(scope="session")

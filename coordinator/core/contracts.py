@@ -1,6 +1,6 @@
 """The seam between Python and the Lua scripts: each script's KEYS and ARGV declared once,
 by name, in order, with their kinds; the store builds every call from these declarations
-(and tests/test_contracts.py holds them against each script's header comment).
+(and tests/unit/test_contracts.py holds them against each script's header comment).
 
 A declaration reads like the header it mirrors: ``name:kind`` slots in order (a KEYS
 slot's kind is always ``key``), ``name{a:kind,b:kind}`` a run of repeated groups (the

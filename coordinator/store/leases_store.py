@@ -79,7 +79,7 @@ class LeaseStore:
         self.ks = store.ks
 
     def _keys(self, path: Path) -> list[str]:
-        # lease_flush.lua and lease_return.lua take the same KEYS (tests/test_contracts.py)
+        # lease_flush.lua and lease_return.lua take the same KEYS (tests/unit/test_contracts.py)
         ks, root = self.ks, path.root
         return LEASE_FLUSH.key_list(
             res=ks.reservations(root), leases=ks.leases(root), nodes=ks.nodes(root, path.ctx_id),
