@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from .core.vocabulary import CallCount
 from .models_base import _Frozen
 from .models_config import ChainMetadata
 
@@ -174,7 +175,7 @@ class ContextSnapshot(_Frozen):
     @property
     def calls_run(self) -> int:
         """Calls whose function ran (all but the refused), subtree included."""
-        return sum(n for k, n in self.calls.items() if k != "refused")
+        return sum(n for k, n in self.calls.items() if k != CallCount.REFUSED)
 
 
 class ActiveLimits(_Frozen):

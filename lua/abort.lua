@@ -15,15 +15,15 @@
 --         {2, ms_left} when a timeout came early; {-1} when the context does not exist.
 
 local v = redis.call('HMGET', KEYS[1], 'status', 'reason', 'deadline')
-if not v[1] then return {-1} end
-if v[1] ~= 'running' then return {0, v[2] or v[1]} end
+if not v[1] then return {AbortCode.MISSING} end
+if v[1] ~= Status.RUNNING then return {AbortCode.ALREADY, v[2] or v[1]} end
 local now = now_ms()
-if ARGV[1] == 'timeout' then
+if ARGV[1] == StopReason.TIMEOUT then
   -- a corrupt deadline counts as passed (fail closed)
   local deadline = stored_num(v[3])
   if deadline ~= false and (deadline == nil or deadline == 0 or now < deadline) then
-    return {2, (deadline or 0) - now}
+    return {AbortCode.EARLY, (deadline or 0) - now}
   end
 end
 stop_level(KEYS[1], KEYS[2], ARGV[5], ARGV[4], ARGV[3], ARGV[1], ARGV[2], now)
-return {1}
+return {AbortCode.STOPPED}

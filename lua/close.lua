@@ -26,9 +26,10 @@ local h = {}
 for i, field in ipairs(FIELDS) do h[field] = values[i] end
 local now = now_ms()
 local first = 1
-if status == 'running' then
-  redis.call('HSET', KEYS[1], 'status', 'closed', 'reason', 'closed', 'closed_ms', now)
-  status = 'closed'
+if status == Status.RUNNING then
+  redis.call('HSET', KEYS[1], 'status', Status.CLOSED, 'reason', StopReason.CLOSED,
+             'closed_ms', now)
+  status = Status.CLOSED
 else
   -- A stopped context keeps its status; closed_ms marks it closed all the same (writes
   -- to its context data are refused from then on: data_lib.lua).

@@ -189,7 +189,7 @@ end
 -- on a stopped context). Returns 'missing', 'closed' or nil.
 local function data_refusal(ctx_key)
   local v = redis.call('HMGET', ctx_key, 'status', 'closed_ms')
-  if not v[1] then return 'missing' end
-  if v[1] == 'closed' or v[2] then return 'closed' end
+  if not v[1] then return StopReason.MISSING end
+  if v[1] == Status.CLOSED or v[2] then return StopReason.CLOSED end
   return nil
 end

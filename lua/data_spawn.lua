@@ -15,7 +15,7 @@
 --
 -- Returns {1, number of keys in the frozen view} or {0, 'missing'}.
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 'missing'} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, StopReason.MISSING} end
 redis.call('HSET', KEYS[2], 'iso', ARGV[1], 'par', ARGV[2], 'step', ARGV[3])
 if ARGV[1] ~= 'isolated' then return {1, 0} end
 local view

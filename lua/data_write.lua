@@ -20,7 +20,7 @@ local limit = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local stored = redis.call('HGET', KEYS[3], 'bytes')
 local bytes = stored_num(stored)
-if bytes == false then return {0, 'state_corrupt', 'bytes', string.sub(stored, 1, 40)} end
+if bytes == false then return {0, StopReason.STATE_CORRUPT, 'bytes', string.sub(stored, 1, 40)} end
 bytes = bytes or 0
 local after = bytes
 local sets = {}

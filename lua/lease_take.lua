@@ -67,7 +67,7 @@ local levels = #KEYS - 4
 local read = {}
 for lv = 1, levels do
   local level = read_level(KEYS[lv + 4], shape)
-  if level.status ~= 'running' then return {0, now, 'not running'} end
+  if level.status ~= Status.RUNNING then return {0, now, 'not running'} end
   -- a corrupt field refuses the slice: the strict reserve that follows stops the level
   -- (state_corrupt, lib.lua)
   if level.corrupt then return {0, now, 'corrupt ' .. level.corrupt_field} end

@@ -85,12 +85,10 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local REASONS = {usd = 'budget_exceeded', steps = 'step_limit_exceeded',
-                 retries = 'retry_budget_exceeded'}
-
--- The stop reason of a dimension: every token dimension stops with token_budget_exceeded.
+-- The stop reason of a dimension (DIMENSION_REASONS, from the prelude): every token
+-- dimension stops with token_budget_exceeded.
 local function reason_for(dim)
-  return REASONS[dim] or 'token_budget_exceeded'
+  return DIMENSION_REASONS[dim] or StopReason.TOKEN_BUDGET_EXCEEDED
 end
 
 -- An amount of dimension d as a person reads it: usd (micro-USD) in dollars ($0.021203,
@@ -142,8 +140,8 @@ end
 -- true if this call stopped it. The channel is a pub/sub channel, not a key.
 local function stop_level(key, events_key, id, root, channel, reason, detail, now)
   local v = redis.call('HMGET', key, 'status', 'request_id')
-  if v[1] ~= 'running' then return false end
-  redis.call('HSET', key, 'status', 'stopped', 'reason', reason, 'detail', detail,
+  if v[1] ~= Status.RUNNING then return false end
+  redis.call('HSET', key, 'status', Status.STOPPED, 'reason', reason, 'detail', detail,
              'stopped_ms', now, 'ev:' .. reason, 1)
   local event = cjson.encode({event_type = reason, decision = 'HALT', reason = detail,
                               hook = HOOK, request_id = v[2], ts = now,
@@ -328,7 +326,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
       local limit, u, h = level[slot.limit], level[slot.used], level[slot.held]
       bad = bad or (u == false and why[slot.used_field])
             or (h == false and why[slot.held_field]) or nil
-      if limit == false and hit == nil then hit = {'state_corrupt', why[fields[slot.limit]]} end
+      if limit == false and hit == nil then hit = {StopReason.STATE_CORRUPT, why[fields[slot.limit]]} end
       used[d] = u
       if dheld[d] ~= 0 and h then
         set[#set + 1] = slot.held_field
@@ -346,7 +344,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     end
     for i, t in ipairs(totals) do
       local limit = level[shape.total_slot[i]]
-      if limit == false and hit == nil then hit = {'state_corrupt', why[t[4]]} end
+      if limit == false and hit == nil then hit = {StopReason.STATE_CORRUPT, why[t[4]]} end
       if hit == nil and not bad and limit and dused[t[2]] + dused[t[3]] > 0 then
         local total = used[t[2]] + used[t[3]]
         if total >= limit then
@@ -371,7 +369,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     end
   end
   if #broken > 0 then
-    for _, b in ipairs(broken) do stop(b[1], 'state_corrupt', b[2]) end
+    for _, b in ipairs(broken) do stop(b[1], StopReason.STATE_CORRUPT, b[2]) end
     return false, stopped
   end
   if rec.q then quota_finish(plan[1].key, rec, dheld, dused, plan[1].set) end
@@ -447,21 +445,20 @@ end
 -- being ok, error, interrupted (aborted, timeout, lost) or halted; on its own context
 -- only, n:unreported for a call charged the floor for reporting nothing and, for a node
 -- with a stop_reason (refused before it ran), n:refused, nr:<reason> and nr_last = reason
--- instead of an outcome. Fields are written only when a call counts (absent means 0).
-local CALL_OUTCOMES = {ok = 'ok', error = 'error', aborted = 'interrupted',
-                       timeout = 'interrupted', lost = 'interrupted', halted = 'halted'}
+-- instead of an outcome (CALL_COUNTS, from the prelude, maps a status to its outcome).
+-- Fields are written only when a call counts (absent means 0).
 -- A count that is not an integer (corrupt state) stays as it is: pcall, never a script
 -- error after the charge was written.
 local function count_call(keys, node)
   local own = keys[#keys]
   local reason = text_field(node, 'stop_reason')
   if reason then
-    redis.pcall('HINCRBY', own, 'n:refused', 1)
+    redis.pcall('HINCRBY', own, 'n:' .. CallCount.REFUSED, 1)
     redis.pcall('HINCRBY', own, 'nr:' .. reason, 1)
     redis.call('HSET', own, 'nr_last', reason)
     return
   end
-  local outcome = CALL_OUTCOMES[text_field(node, 'status') or '']
+  local outcome = CALL_COUNTS[text_field(node, 'status') or '']
   if outcome then
     for _, key in ipairs(keys) do redis.pcall('HINCRBY', key, 'n:' .. outcome, 1) end
   end
@@ -504,13 +501,13 @@ local function trim_finished(finished, now)
 end
 
 -- How a keyed call is remembered for its replays: a step that ended without returning
--- (it raised an error that is not retryable, hit a limit or was cancelled) as 'halted', so
--- a replay does not go on as if it had returned. A reaped one ('lost': its worker died)
--- stays 'ok': the replay goes on without running it again. node: the decoded record.
-local ENDED_WITHOUT_RETURN = {error = true, halted = true, timeout = true, aborted = true}
+-- (it raised an error that is not retryable, hit a limit or was cancelled: a status of
+-- ENDED_WITHOUT_RETURN, from the prelude) as halted, so a replay does not go on as if it
+-- had returned. A reaped one (lost: its worker died) stays ok: the replay goes on without
+-- running it again. node: the decoded record.
 local function remembered(outcome, node)
-  if outcome == 'ok' and ENDED_WITHOUT_RETURN[text_field(node, 'status') or ''] then
-    return 'halted'
+  if outcome == FinishOutcome.OK and ENDED_WITHOUT_RETURN[text_field(node, 'status') or ''] then
+    return FinishOutcome.HALTED
   end
   return outcome
 end
@@ -533,22 +530,22 @@ local function close_reservation(outcome, step, retry, late_at)
   local amounts = {}
   for i = late_at + 1, #ARGV do amounts[#amounts + 1] = ARGV[i] end
   local now = now_ms()
-  local code = 1
+  local code = FinishCode.FINISHED
   local rec = redis.call('HGET', KEYS[1], id)
   if rec then
     rec = cjson.decode(rec)
   else
     if redis.call('ZSCORE', finished, id) or redis.call('HEXISTS', done, id) == 1 then
-      return {0}
+      return {FinishCode.ALREADY}
     end
     if #amounts == 0 and not step and not retry then  -- nothing to charge: remember it
       redis.call('ZADD', finished, now, id)
-      return {0}
+      return {FinishCode.ALREADY}
     end
     if ARGV[late_at] == '1' then  -- finished long ago (its id trimmed): not charged again
       local event = cjson.encode({type = 'SettleLate', reservation_id = id, ts = now})
       redis.call('XADD', KEYS[4], 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
-      return {0}
+      return {FinishCode.ALREADY}
     end
     local ids = path_from_keys(first, (#KEYS - first - 2) / 2)
     if ids == nil then
@@ -556,17 +553,17 @@ local function close_reservation(outcome, step, retry, late_at)
       local fresh = redis.call('EXISTS', KEYS[4]) == 0
       orphan_event(id, nil, false, amounts, now, KEYS[4], ARGV[5])
       if fresh then redis.call('EXPIRE', KEYS[4], ORPHAN_RECORD_KEEP_S) end
-      return {5}
+      return {FinishCode.ORPHAN_RECORDED}
     end
-    rec, code = new_reservation(ids, {}, false), 4
+    rec, code = new_reservation(ids, {}, false), FinishCode.ORPHAN_CHARGED
   end
   local ok, stopped = finish(rec, first, amounts, step, retry, ARGV[2], now, KEYS[4], ARGV[5])
   if not ok then
-    if code == 1 and rec.f == nil then
+    if code == FinishCode.FINISHED and rec.f == nil then
       rec.f = {outcome, ARGV[3], amounts}
       redis.call('HSET', KEYS[1], id, cjson.encode(rec))
     end
-    code = 3
+    code = FinishCode.CORRUPT
   else
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
@@ -574,7 +571,7 @@ local function close_reservation(outcome, step, retry, late_at)
     if now % FINISHED_TRIM_EVERY == 0 then trim_finished(finished, now) end
     local node = ARGV[3] ~= '' and node_record(ARGV[3]) or {}
     if rec.k then redis.call('HSET', done, id, remembered(outcome, node)) end
-    if code == 4 then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
+    if code == FinishCode.ORPHAN_CHARGED then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
     if ARGV[3] ~= '' then
       append_capped(KEYS[3], ARGV[4], ARGV[3])
       count_call(level_keys(first, #rec.p), node)

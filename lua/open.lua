@@ -40,7 +40,7 @@
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local held = redis.call('HMGET', KEYS[1], 'status', 'closed_ms')
-  return {0, 'exists', (held[1] == 'closed' or held[2]) and 1 or 0}
+  return {0, 'exists', (held[1] == Status.CLOSED or held[2]) and 1 or 0}
 end
 local now = now_ms()
 local nanc = #KEYS - 2
@@ -82,13 +82,13 @@ for a = 1, nanc do
   local v = redis.call('HMGET', KEYS[a + 2], unpack(wanted))
   local h = {}
   for i, f in ipairs(wanted) do h[f] = v[i] end
-  if not h.status then return {0, 'missing', ids[a]} end
+  if not h.status then return {0, StopReason.MISSING, ids[a]} end
   local whole_path = not h.mid and h.path  -- opened by a version that kept 'path'
   if whole_path and h.path ~= table.concat(ids, ',', 1, a)
       or not whole_path and (h.mid or '') ~= table.concat(ids, ',', 2, a - 1) then
     return {0, 'bad_path', ids[a]}
   end
-  if h.status ~= 'running' and stop_reason == '' then
+  if h.status ~= Status.RUNNING and stop_reason == '' then
     stop_reason, stopped_by = h.reason or h.status, ids[a]
   end
   -- a corrupt number above: the new context reports that level stopped (state_corrupt)
@@ -115,13 +115,13 @@ for a = 1, nanc do
     end
     if corrupt then above[d], parent[d] = 0, 0 end
   end
-  if corrupt and stop_reason == '' then stop_reason, stopped_by = 'state_corrupt', ids[a] end
+  if corrupt and stop_reason == '' then stop_reason, stopped_by = StopReason.STATE_CORRUPT, ids[a] end
 end
-if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = 'timeout' end
+if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = StopReason.TIMEOUT end
 
 local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1],
                 'mid', table.concat(ids, ',', 2, #ids - 1),
-                'depth', #ids - 1, 'status', 'running', 'created_ms', now,
+                'depth', #ids - 1, 'status', Status.RUNNING, 'created_ms', now,
                 'deadline', deadline, 'meta', ARGV[5], 'config', ARGV[6],
                 'request_id', ARGV[4]}
 local clamped = {}

@@ -29,4 +29,4 @@
 --         {4, ...} never held here, charged to the path; {5} nor its path, recorded;
 --         {3, level, 'state_corrupt', detail} nothing charged, the reservation kept.
 
-return close_reservation(ARGV[6], false, ARGV[6] == 'error', 7)
+return close_reservation(ARGV[6], false, ARGV[6] == FinishOutcome.ERROR, 7)

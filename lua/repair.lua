@@ -66,16 +66,16 @@ for dim, amount in pairs(held) do
 end
 if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
 
-if h.status ~= 'stopped' or h.reason ~= 'state_corrupt' then
+if h.status ~= Status.STOPPED or h.reason ~= StopReason.STATE_CORRUPT then
   local out = {2, h.status}
   for _, x in ipairs(changed) do out[#out + 1] = x end
   return out
 end
 local now = now_ms()
 if h.closed_ms then
-  redis.call('HSET', KEYS[1], 'status', 'closed', 'reason', 'closed')
+  redis.call('HSET', KEYS[1], 'status', Status.CLOSED, 'reason', StopReason.CLOSED)
 else
-  redis.call('HSET', KEYS[1], 'status', 'running')
+  redis.call('HSET', KEYS[1], 'status', Status.RUNNING)
   redis.call('HDEL', KEYS[1], 'reason')
 end
 redis.call('HDEL', KEYS[1], 'detail', 'stopped_ms', 'ev:state_corrupt')

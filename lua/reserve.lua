@@ -36,10 +36,10 @@
 
 local now = now_ms()
 local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[1], id) == 1 then return {1, now} end
+if redis.call('HEXISTS', KEYS[1], id) == 1 then return {ReserveCode.HELD, now} end
 if ARGV[5] == '1' then  -- only call keys are remembered when they finish
   local done = redis.call('HGET', KEYS[#KEYS], id)
-  if done then return {2, now, done} end
+  if done then return {ReserveCode.REPLAYED, now, done} end
 end
 
 local ids = split(ARGV[3])
@@ -71,18 +71,19 @@ local function refuse(lv, key, events_key, d, limit, used, held, amount)
   if used >= limit then
     local detail = d .. ' ' .. amount_text(d, used) .. ' reached limit ' .. amount_text(d, limit)
     stop_level(key, events_key, ids[lv], root, channel, reason_for(d), detail, now)
-    return {0, lv, reason_for(d), detail, 1, now}
+    return {ReserveCode.REFUSED, lv, reason_for(d), detail, 1, now}
   end
   local detail = d .. ' needs ' .. amount_text(d, amount) .. ', ' ..
                  amount_text(d, limit - used - held) .. ' of ' .. amount_text(d, limit) ..
                  ' left (' .. amount_text(d, held) .. ' held by calls in flight)'
-  return append_expired({0, lv, reason_for(d), detail, 0, now}, KEYS[1], KEYS[2], now)
+  return append_expired({ReserveCode.REFUSED, lv, reason_for(d), detail, 0, now}, KEYS[1],
+                        KEYS[2], now)
 end
 
 -- The refusal at level lv whose stored state is corrupt: the level stops (fail closed).
 local function corrupt(lv, key, events_key, detail)
-  stop_level(key, events_key, ids[lv], root, channel, 'state_corrupt', detail, now)
-  return {0, lv, 'state_corrupt', detail, 1, now}
+  stop_level(key, events_key, ids[lv], root, channel, StopReason.STATE_CORRUPT, detail, now)
+  return {ReserveCode.REFUSED, lv, StopReason.STATE_CORRUPT, detail, 1, now}
 end
 
 local levels = (#KEYS - 3) / 2
@@ -91,19 +92,20 @@ for lv = 1, levels do
   local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
   local level = read_level(key, shape)
   if not level.status then
-    return {0, lv, 'missing', 'context ' .. ids[lv] .. ' not found', 1, now}
+    return {ReserveCode.REFUSED, lv, StopReason.MISSING, 'context ' .. ids[lv] .. ' not found',
+            1, now}
   end
-  if level.status ~= 'running' then
+  if level.status ~= Status.RUNNING then
     local reason = redis.call('HGET', key, 'reason') or level.status
-    return {0, lv, reason, 'stopped: ' .. reason, 1, now}
+    return {ReserveCode.REFUSED, lv, reason, 'stopped: ' .. reason, 1, now}
   end
   -- every number of the level is checked before any is used (fail closed on corruption)
   if level.corrupt then return corrupt(lv, key, events_key, level.corrupt) end
   local deadline = level.deadline
   if deadline > 0 and now >= deadline then
     local detail = 'deadline passed ' .. (now - deadline) .. ' ms ago'
-    stop_level(key, events_key, ids[lv], root, channel, 'timeout', detail, now)
-    return {0, lv, 'timeout', detail, 1, now}
+    stop_level(key, events_key, ids[lv], root, channel, StopReason.TIMEOUT, detail, now)
+    return {ReserveCode.REFUSED, lv, StopReason.TIMEOUT, detail, 1, now}
   end
   local set = {}
   for j, d in ipairs(dims) do
@@ -143,7 +145,7 @@ if nq > 0 then
       end
     end
   end
-  if why then return {0, 1, 'quota_grant', why, 0, now} end
+  if why then return {ReserveCode.REFUSED, 1, StopReason.QUOTA_GRANT, why, 0, now} end
   quota_holds(st, amt, holds[1])
   qgids = st.gids
 end
@@ -158,4 +160,4 @@ rec.q = qgids
 redis.call('HSET', KEYS[1], id, cjson.encode(rec))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
 
-return append_expired({1, now}, KEYS[1], KEYS[2], now)
+return append_expired({ReserveCode.HELD, now}, KEYS[1], KEYS[2], now)

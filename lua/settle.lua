@@ -33,4 +33,4 @@
 --         {3, level, 'state_corrupt', detail} when a counter on the path is corrupt:
 --         nothing charged, the reservation stays held, the level is stopped.
 
-return close_reservation('ok', true, false, 6)
+return close_reservation(FinishOutcome.OK, true, false, 6)

@@ -21,6 +21,7 @@ from celery._state import get_current_task
 from coordinator.context import tracing
 from coordinator.context.cancellation import CancelledByContext
 from coordinator.context.execution import ExecutionContext
+from coordinator.core.vocabulary import StopReason
 from coordinator.data.model import IsolationLevel
 from coordinator.errors import ContextExistsError, ContextNotFoundError
 from coordinator.models import MAX_LABEL, ChainMetadata, ExecutionConfig, TokenBudget
@@ -235,4 +236,4 @@ def _check_runnable(coord: Coordinator, ctx: ExecutionContext, name: str, task_i
         raise TaskStoppedError(name, task_id, reason, f"context stopped {where}")
     deadline = snap.deadline
     if deadline is not None and deadline.timestamp() * 1000 <= coord.redis_now_ms():
-        raise TaskStoppedError(name, task_id, "timeout", "deadline passed while queued")
+        raise TaskStoppedError(name, task_id, StopReason.TIMEOUT, "deadline passed while queued")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coordinator.context.cancellation import CancelledByContext
+from coordinator.core.vocabulary import StopReason
 from coordinator.errors import BudgetCoordinatorError
 
 
@@ -31,7 +32,7 @@ class TaskInterrupted(CancelledByContext):
     process. Being a :class:`~coordinator.cancellation.CancelledByContext`, a wrapped call
     it interrupts is settled as aborted by the core."""
 
-    def __init__(self, reason: str = "aborted") -> None:
+    def __init__(self, reason: str = StopReason.ABORTED) -> None:
         # a default reason: the threads pool raises it by type, without arguments
         super().__init__(reason)
 

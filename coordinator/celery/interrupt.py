@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from coordinator.context.cancellation import CancellationToken
+from coordinator.core.vocabulary import StopReason
 
 from .errors import TaskInterrupted
 
@@ -64,7 +65,7 @@ class Armed:
     def __init__(self, token: CancellationToken) -> None:
         self.thread_id = threading.get_ident()
         self.in_main = threading.current_thread() is threading.main_thread()
-        self.reason = "aborted"
+        self.reason: str = StopReason.ABORTED
         self._lock = threading.Lock()
         self._active = True
         self._sent = False
@@ -88,7 +89,7 @@ class Armed:
             if not self._active or self._sent:
                 return
             self._sent = True
-            self.reason = reason or "aborted"
+            self.reason = reason or StopReason.ABORTED
             if self.in_main:
                 signal.pthread_kill(self.thread_id, INTERRUPT_SIGNAL)
             else:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ..core.paths import Path
+from ..core.vocabulary import StopReason
 from ..errors import ContextNotFoundError
 from ..runtime.actor import user_at_host
 from ._common import connect
@@ -35,7 +36,7 @@ def abort(
     text = (said or f"aborted with budgetctl by {user_at_host()}")[:MAX_REASON]
     with connect(ctx) as coord:
         where = locate(coord, context_id)
-        reply = coord.store.abort(Path(where.root, where.ids), "aborted", text)
+        reply = coord.store.abort(Path(where.root, where.ids), StopReason.ABORTED, text)
         if reply.outcome == "missing":
             raise ContextNotFoundError(where.ctx_id)
         if reply.outcome == "stopped":

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..core.durations import human_age
 from ..core.snapshots import call_counts, refusal_text
+from ..core.vocabulary import CallCount, StopReason
 
 
 def usd(micro: int) -> str:
@@ -81,7 +82,7 @@ class Row:
     @property
     def refused(self) -> int:
         """Its calls refused before they ran."""
-        return self.outcomes.get("refused", 0)
+        return self.outcomes.get(CallCount.REFUSED, 0)
 
     def refusal_text(self) -> str:
         """``3 refused: budget_exceeded`` ('' when none was refused)."""
@@ -126,7 +127,7 @@ def own_stop(cid: str, h: dict[str, str], now_ms: int) -> Stop | None:
                     _int(h, "stopped_ms"))
     deadline = _int(h, "deadline")
     if h.get("status") == "running" and deadline and now_ms >= deadline:
-        return Stop(cid, "timeout", f"deadline passed {age(now_ms - deadline)} ago",
+        return Stop(cid, StopReason.TIMEOUT, f"deadline passed {age(now_ms - deadline)} ago",
                     deadline, recorded=False)
     return None
 
@@ -149,7 +150,7 @@ def row(cid: str, h: dict[str, str], above: Stop | None, now_ms: int) -> Row:
         stop = None  # it closed before the stop above it: nothing of it was halted
     counts = call_counts(h)
     outcomes = counts["calls"]
-    runs = sum(n for k, n in outcomes.items() if k != "refused")
+    runs = sum(n for k, n in outcomes.items() if k != CallCount.REFUSED)
     # calls run, subtree included (a tree written before they were counted: its steps)
     return Row(cid, name, h.get("status", "?"), _int(h, "u:usd"), _int(h, "h:usd"),
                _int(h, "l:usd"), max(runs, _int(h, "u:steps")), _int(h, "created_ms"), stop,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..core.amounts import ms_to_datetime, remaining_tokens, remaining_usd
 from ..core.paths import Path, stored_ids
 from ..core.snapshots import build_snapshot
+from ..core.vocabulary import StopReason
 from ..errors import BackendUnavailableError, ContextNotFoundError, PromptEvaluationError
 from ..models import ActiveLimits, ContextSnapshot
 from ..runtime.coordinator import Coordinator
@@ -15,7 +16,8 @@ from ..store.health import BackendDown
 from ..store.tree import State
 from .state import ContextState
 
-PHASES = {"timeout": "deadline", "token_budget_exceeded": "token_budget"}
+PHASES: dict[str, str] = {StopReason.TIMEOUT: "deadline",
+                          StopReason.TOKEN_BUDGET_EXCEEDED: "token_budget"}
 """The ``phase`` of a PromptEvaluationError by stop reason (else ``halted``)."""
 
 

@@ -16,6 +16,7 @@ from ..core.amounts import micro_to_usd
 from ..core.paths import Path
 from ..core.plans import OpenPlan
 from ..core.script_constants import HOOK
+from ..core.vocabulary import StopReason
 from ..errors import ContextExistsError, ContextNotFoundError, TokenMalformedError
 from ..models import ChainMetadata, ContextSnapshot, Decision, ExecutionConfig, SafetyEvent
 from ..quotas.hooks import quota_attachment
@@ -27,7 +28,7 @@ from .cancellation import CancellationToken
 
 log = logging.getLogger("coordinator")
 
-CANCELLING_REASONS = frozenset({"aborted", "timeout"})
+CANCELLING_REASONS = frozenset({StopReason.ABORTED, StopReason.TIMEOUT})
 """Stops that cancel work in flight. Ceiling stops (budget, steps, retries, tokens) let
 calls that already hold a reservation finish: they fit under the ceiling by design."""
 
@@ -188,14 +189,14 @@ class ContextState:
         if self.closed:
             return
         try:
-            reply = self.store.abort(self.path, "timeout", "deadline reached")
+            reply = self.store.abort(self.path, StopReason.TIMEOUT, "deadline reached")
         except UNAVAILABLE:
             reply = None  # Redis will stop it itself at the next reserve (TIME > deadline)
         if reply is not None and reply.outcome == "early":
             # early by our clock estimate: try again when Redis agrees
             self.coord.call_later(max(0.001, reply.wait_ms / 1000), self.deadline_reached)
             return
-        self.handle_stop("timeout")
+        self.handle_stop(StopReason.TIMEOUT)
 
     def abort(self, detail: str) -> None:
         """Stop here at once (work in flight is cancelled), the durable abort queued
@@ -205,7 +206,7 @@ class ContextState:
             self.owed_abort = detail
             if self.pending_open is None:
                 self._queue_owed_abort()
-        self.handle_stop("aborted")
+        self.handle_stop(StopReason.ABORTED)
 
     def _mark_open(self) -> None:
         """The open landed: an abort made meanwhile is queued before it shows open."""
@@ -215,7 +216,8 @@ class ContextState:
 
     def _queue_owed_abort(self) -> None:
         if self.owed_abort is not None:
-            self.store.wire.queue(self.store.abort_op(self.path, "aborted", self.owed_abort))
+            self.store.wire.queue(self.store.abort_op(self.path, StopReason.ABORTED,
+                                                      self.owed_abort))
             self.owed_abort = None
 
     def send_abort(self) -> None:

@@ -19,6 +19,7 @@ from ..models import (
 )
 from .amounts import micro_to_usd, ms_to_datetime, token_limits, token_totals
 from .paths import Path
+from .vocabulary import CallCount
 
 
 def stored_metadata_json(metadata: ChainMetadata) -> str:
@@ -122,7 +123,7 @@ def build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[str
     )
 
 
-CALL_OUTCOMES = ("ok", "error", "interrupted", "halted", "refused")
+CALL_OUTCOMES = tuple(c.value for c in CallCount)
 """The outcomes lib.lua's count_call counts on a context's hash (``n:<outcome>``)."""
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.paths import stored_ids
 from ..core.snapshots import call_counts, refusal_text
+from ..core.vocabulary import CallCount
 from ..store.dashboard_reads import TreeRead
 from .charts import spend_chart
 from .model import row_from_hash
@@ -49,8 +50,8 @@ def tree_view(read: TreeRead, focus: str, rate: float,
         counts = call_counts(h)
         outcomes = counts["calls"]
         data["calls_run"] = max(row.steps, sum(n for k, n in outcomes.items()
-                                               if k != "refused"))
-        data["refused_text"] = refusal_text(outcomes.get("refused", 0), counts["refusals"],
+                                               if k != CallCount.REFUSED))
+        data["refused_text"] = refusal_text(outcomes.get(CallCount.REFUSED, 0), counts["refusals"],
                                             counts["last_refusal"])
         data["tokens_by_provider"] = _tokens_by_provider(h)
         data["task"] = _task_of(h.get("meta"))

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.paths import Path
+from ..core.vocabulary import StopReason
 from ..errors import BackendUnavailableError, ContextNotFoundError, CorruptStateError
 from ..store.data import DataRefused, DataStore
 from ..store.errors import UNAVAILABLE
@@ -49,11 +50,11 @@ def refusal(ctx_id: str, refused: DataRefused, limits: DataLimits,
             what: str = "the context's data"
             ) -> ContextDataError | ContextNotFoundError | CorruptStateError:
     """The error a refused data script stands for."""
-    if refused.reason == "missing":
+    if refused.reason == StopReason.MISSING:
         return ContextNotFoundError(ctx_id)
-    if refused.reason == "state_corrupt":
+    if refused.reason == StopReason.STATE_CORRUPT:
         return CorruptStateError(ctx_id, "data size (bytes)", refused.value)
-    if refused.reason == "closed":
+    if refused.reason == StopReason.CLOSED:
         return DataClosedError(ctx_id)
     if refused.key is not None:
         return DataTooLargeError("a merged value's JSON", refused.size,

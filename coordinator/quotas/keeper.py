@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..core.paths import Path
+from ..core.vocabulary import StopReason
 from ..models import ChainMetadata
 from ..runtime.coordinator import Coordinator
 from ..store.errors import UNAVAILABLE
@@ -125,8 +126,8 @@ class QuotaKeeper:
         ``need`` (by quota dimension) fits, ending a grant of a past window first."""
         index = int(short.split()[0])
         if short.endswith("corrupt"):
-            return Refill(False, "state_corrupt", f"quota grant {index} of the tree's root "
-                          "holds a corrupt number")
+            return Refill(False, StopReason.STATE_CORRUPT,
+                          f"quota grant {index} of the tree's root holds a corrupt number")
         root, reclaimed = path.root, False
         for _ in range(MAX_STEPS):
             tree = self.qs.tree_grant(root, index)

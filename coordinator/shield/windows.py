@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.amounts import micro_to_usd, usd_to_micro
+from ..core.vocabulary import StopReason
 from ..errors import InvalidConfigError
 from ..models import MAX_COUNT, MAX_USD, Decision, in_range
 from ..runtime.coordinator import Coordinator
@@ -169,7 +170,7 @@ class BudgetWindowHook(RecordingHook):
         try:
             v = self.admit(ctx)
         except UNAVAILABLE as exc:
-            self._emit(ctx, "backend_unavailable", Decision.HALT,
+            self._emit(ctx, StopReason.BACKEND_UNAVAILABLE, Decision.HALT,
                        f"budget window unavailable: Redis unreachable ({exc})")
             return Decision.HALT
         if v.decision == Decision.HALT:

@@ -19,6 +19,7 @@ from ..core.contracts import (
 )
 from ..core.data_keys import DataKeys
 from ..core.paths import Path
+from ..core.vocabulary import StopReason
 from .tree import Store
 from .wire import Op
 
@@ -74,7 +75,7 @@ def _refused(reply: Sequence[Any]) -> DataRefused:
     """A ``{0, reason, ...}`` reply (``too_large``: ``size``; a merge's ``value, key,
     size`` or ``<what>, size``)."""
     reason = str(reply[1])
-    if reason == "state_corrupt":
+    if reason == StopReason.STATE_CORRUPT:
         return DataRefused(reason, value=str(reply[3]))
     if reason != "too_large":
         return DataRefused(reason)

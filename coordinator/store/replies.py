@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from ..core.paths import Path
+from ..core.vocabulary import AbortCode, FinishCode, ReserveCode
 from .records import ReservationRecord
 
 log = logging.getLogger("coordinator.store.tree")
@@ -75,7 +76,9 @@ class Finished:
 
 _FINISH_OUTCOMES: dict[int, Literal["finished", "already", "corrupt", "orphan_charged",
                                     "orphan_recorded"]] = {
-    0: "already", 1: "finished", 3: "corrupt", 4: "orphan_charged", 5: "orphan_recorded"}
+    FinishCode.ALREADY: "already", FinishCode.FINISHED: "finished",
+    FinishCode.CORRUPT: "corrupt", FinishCode.ORPHAN_CHARGED: "orphan_charged",
+    FinishCode.ORPHAN_RECORDED: "orphan_recorded"}
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,9 @@ class State(NamedTuple):
 
 def decode_reserve(reply: list[Any]) -> Held | Refused | Replayed:
     """reserve.lua's reply (see its contract)."""
-    if reply[0] == 2:
+    if reply[0] == ReserveCode.REPLAYED:
         return Replayed(str(reply[2]), int(reply[1]))
-    if reply[0] == 1:
+    if reply[0] == ReserveCode.HELD:
         return Held(int(reply[1]), _expired(reply, 2))
     return Refused(int(reply[1]) - 1, str(reply[2]), str(reply[3]), bool(reply[4]),
                    int(reply[5]), _expired(reply, 6))
@@ -145,11 +148,11 @@ def note_finish(kind: str, reservation_id: str, path: Path, reply: Any) -> Finis
 def decode_abort(reply: list[Any]) -> AbortReply:
     """abort.lua's reply."""
     code = int(reply[0])
-    if code == 1:
+    if code == AbortCode.STOPPED:
         return AbortReply("stopped")
-    if code == 0:
+    if code == AbortCode.ALREADY:
         return AbortReply("already", str(reply[1]) if len(reply) > 1 else None)
-    if code == 2:
+    if code == AbortCode.EARLY:
         return AbortReply("early", wait_ms=int(reply[1]))
     return AbortReply("missing")
 

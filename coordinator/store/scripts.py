@@ -8,6 +8,7 @@ from typing import Any
 
 from redis.commands.core import Script
 
+from ..core import vocabulary
 from ..core.script_constants import LUA_CONSTANTS
 from .topology import Client
 
@@ -27,17 +28,31 @@ def lua_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "lua"
 
 
-def _lua_literal(value: str | int) -> str:
+def _lua_literal(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, int):
-        return str(value)
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return str(int(value))
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _lua_table(entries: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"[{_lua_literal(k)}] = {_lua_literal(v)}"
+                           for k, v in entries.items()) + "}"
 
 
 def prelude() -> str:
     """The Lua locals every script starts with: the constants shared with Python
-    (coordinator/core/script_constants.py), defined there once."""
+    (coordinator/core/script_constants.py) and the vocabulary's enums and tables
+    (coordinator/core/vocabulary.py), each a local of the same name, defined there once."""
     lines = ["-- constants from coordinator/core/script_constants.py"]
     lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()]
+    lines.append("-- words from coordinator/core/vocabulary.py")
+    lines += [f"local {enum.__name__} = "
+              + _lua_table({m.name: m.value for m in enum}) for enum in vocabulary.ENUMS]
+    for name, table in vocabulary.TABLES.items():
+        entries = dict.fromkeys(table, True) if isinstance(table, frozenset) else table
+        lines.append(f"local {name} = " + _lua_table(dict(sorted(entries.items()))))
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,7 @@ from ..core.data_keys import DataKeys
 from ..core.keys import KeySpace
 from ..core.paths import Path
 from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
+from ..core.vocabulary import FinishOutcome
 from .closing import expire_closed_tree, index_writes, on_tree_node, send_or_queue
 from .cluster_routing import relearn
 from .errors import UNAVAILABLE
@@ -89,7 +90,7 @@ class Store:
         return self._level_keys(path)
 
     def _compute_finish_keys(self, path: Path) -> tuple[str, ...]:
-        # settle.lua and release.lua take the same KEYS (tests/test_contracts.py)
+        # settle.lua and release.lua take the same KEYS (tests/unit/test_contracts.py)
         ks, root = self.ks, path.root
         return tuple(SETTLE.key_list(
             res=ks.reservations(root), leases=ks.leases(root), nodes=ks.nodes(root, path.ctx_id),
@@ -142,7 +143,7 @@ class Store:
         if self.wire.durability.waits and not keyed:
             # it may be held (on the primary, or on a replica about to take over) for
             # a call that will not run: let go of it rather than wait for its lease
-            self.wire.queue(self._finish_op(path, reservation_id, "skip", "", (),
+            self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.SKIP, "", (),
                                             notify=False))
 
     def reserve_op(self, path: Path, reservation_id: str, amounts: Sequence[str | int],
@@ -185,7 +186,7 @@ class Store:
         slot from the contract. ``notify``: its reply goes to :func:`note_finish`;
         ``untrack``: its landing ends the renewal of the hold."""
         ks = self.ks
-        if outcome == "ok":
+        if outcome == FinishOutcome.OK:
             script, late_at = SETTLE.script, _SETTLE_LATE
             args = SETTLE.arg_list(
                 reservation_id=reservation_id, abort_channel=ks.abort_channel,
@@ -214,7 +215,8 @@ class Store:
         # settle.lua counts the step itself; the other held amounts become the actuals
         actual = [x for dim, amount in record.held_pairs() if dim != "steps"
                   for x in (dim, amount)]
-        self.wire.queue(self._finish_op(path, reservation_id, "ok", json.dumps(node), actual))
+        self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.OK, json.dumps(node),
+                                        actual))
 
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event list with the next round trip."""
