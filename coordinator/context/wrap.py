@@ -1,12 +1,14 @@
-"""The wrap loops: run a call's function between ``begin`` and ``complete``/``fail`` (see
-call.py), synchronously or as an asyncio task cancelled with its context, retrying as its
-options allow. Both loops share every step but the call itself, and differ only in how
-they wait for the store (steps.py: ``drive`` here, ``adrive`` on the I/O thread)."""
+"""The wrap loop: run a call's function between ``begin`` and ``complete``/``fail`` (see
+call.py), retrying as its options allow. The loop is written once (``_attempts``), as a
+generator that yields what it needs next: a call's steps to drive, the function's run,
+and the end of the run; ``run_sync`` runs the function here, ``run_async`` as an asyncio
+task cancelled with its context (steps.py: ``drive`` here, ``adrive`` on the I/O thread)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..core.usage import reset_collector, set_collector
@@ -17,10 +19,31 @@ from .cancellation import CancelledByContext
 from .failures import CallerBug, call_async, call_sync
 from .settling import caller_bug, complete, fail
 from .state import ContextState
-from .steps import adrive, drive
+from .steps import Steps, adrive, drive
 
 _NO_OPTIONS = WrapOptions()
 _O = TypeVar("_O", Outcome, "Outcome | None")
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run the function as ``call``, in ``span``: the driver sends back its result, or
+    throws in its error, and stays in the call (its context variables, its token) until
+    ``Leave``."""
+
+    call: Call
+    span: Any
+
+
+@dataclass(frozen=True)
+class Leave:
+    """The run is over and, if it raised, settled: the driver leaves ``call``."""
+
+    call: Call
+
+
+Need = Run | Leave | Steps[Any]
+"""What the loop needs next: a run, its end, or a call's steps (whose value it is sent)."""
 
 
 def checked_options(fn: object, options: object) -> WrapOptions:
@@ -35,26 +58,25 @@ def checked_options(fn: object, options: object) -> WrapOptions:
     return options
 
 
-def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
-             options: WrapOptions | None) -> Outcome:
+def _attempts(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
+              options: WrapOptions | None) -> Generator[Need, Any, Outcome]:
+    """The wrap's attempts, each begun, run and settled; returns how the wrap ended."""
     opts = checked_options(fn, options)
     attempts = 1 + (opts.retry_policy_override or 0)
     for attempt in range(attempts):
         span = tracing.start_span(state, kind, opts)
-        call = drive(begin(state, owner, kind, opts))
+        call: Call | Outcome = yield begin(state, owner, kind, opts)
         if isinstance(call, Outcome):
             return _traced(span, state, call, None)
         call.fn = fn
-        vars_ = _enter(call)
         try:
-            with tracing.in_span(span):
-                result = call_sync(fn)
+            result = yield Run(call, span)
         except CallerBug as bug:  # raised at once, no retry spent
-            drive(caller_bug(call, bug))
+            yield caller_bug(call, bug)
             _traced(span, state, None, call, bug.error)
             raise bug.error from None
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
-            outcome = drive(fail(call, exc))
+            outcome: Outcome | None = yield fail(call, exc)
             _traced(span, state, outcome, call, exc)
             if outcome is None:
                 raise
@@ -62,52 +84,77 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
                 continue
             return outcome
         finally:
-            _exit(call, vars_)
-        return _traced(span, state, drive(complete(call, result)), call)
+            yield Leave(call)
+        completed: Outcome = yield complete(call, result)
+        return _traced(span, state, completed, call)
     raise AssertionError("unreachable")
+
+
+def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
+             options: WrapOptions | None) -> Outcome:
+    loop = _attempts(state, owner, kind, fn, options)
+    value: Any = None
+    error: BaseException | None = None
+    entered: tuple[Any, Any] = (None, None)
+    while True:
+        try:
+            need = loop.send(value) if error is None else loop.throw(error)
+        except StopIteration as stop:
+            outcome: Outcome = stop.value
+            return outcome
+        value, error = None, None
+        try:
+            if isinstance(need, Run):
+                entered = _enter(need.call)
+                with tracing.in_span(need.span):
+                    value = call_sync(fn)
+            elif isinstance(need, Leave):
+                _exit(need.call, entered)
+            else:
+                value = drive(need)
+        except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
+            error = exc
 
 
 async def run_async(state: ContextState, owner: object, kind: Kind,
                     fn: Callable[[], Awaitable[Any]], options: WrapOptions | None) -> Outcome:
-    opts = checked_options(fn, options)
-    attempts = 1 + (opts.retry_policy_override or 0)
-    loop = asyncio.get_running_loop()
-    io = state.coord.io
-    for attempt in range(attempts):
-        span = tracing.start_span(state, kind, opts)
-        call = await adrive(begin(state, owner, kind, opts), io)
-        if isinstance(call, Outcome):
-            return _traced(span, state, call, None)
-        call.fn = fn
-        vars_ = _enter(call)
+    loop = _attempts(state, owner, kind, fn, options)
+    events, io = asyncio.get_running_loop(), state.coord.io
+    value: Any = None
+    error: BaseException | None = None
+    unhook: Callable[[], None] = _nothing
+    while True:
         try:
-            with tracing.in_span(span):
-                task = loop.create_task(call_async(fn))
-        finally:
-            _exit(call, vars_, detach=False)
-        unhook = call.token.on_cancel(_canceller(loop, task))
-        try:
-            result = await task
-        except CallerBug as bug:  # raised at once, no retry spent
-            await adrive(caller_bug(call, bug), io)
-            _traced(span, state, None, call, bug.error)
-            raise bug.error from None
-        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
-            if isinstance(exc, asyncio.CancelledError) and call.token.cancelled:
-                exc = CancelledByContext(call.token.reason or "cancelled")
-            outcome = await adrive(fail(call, exc), io)
-            _traced(span, state, outcome, call, exc)
-            if outcome is None:
-                raise
-            if outcome.decision == Decision.RETRY and attempt + 1 < attempts:
-                continue
+            need = loop.send(value) if error is None else loop.throw(error)
+        except StopIteration as stop:
+            outcome: Outcome = stop.value
             return outcome
-        finally:
-            unhook()
-            if call.token is not state.cancellation_token:
-                call.token.detach()
-        return _traced(span, state, await adrive(complete(call, result), io), call)
-    raise AssertionError("unreachable")
+        value, error = None, None
+        try:
+            if isinstance(need, Run):
+                call = need.call
+                vars_ = _enter(call)
+                try:
+                    with tracing.in_span(need.span):
+                        task = events.create_task(call_async(fn))
+                finally:
+                    _exit(call, vars_, detach=False)
+                unhook = call.token.on_cancel(_canceller(events, task))
+                try:
+                    value = await task
+                except asyncio.CancelledError:
+                    if not call.token.cancelled:
+                        raise
+                    error = CancelledByContext(call.token.reason or "cancelled")
+            elif isinstance(need, Leave):
+                unhook()
+                unhook = _nothing
+                if need.call.token is not state.cancellation_token:
+                    need.call.token.detach()
+            else:
+                value = await adrive(need, io)
+        except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
+            error = exc
 
 
 def _traced(span: Any, state: ContextState, outcome: _O, call: Call | None,
@@ -129,6 +176,10 @@ def _exit(call: Call, vars_: tuple[Any, Any], *, detach: bool = True) -> None:
     active_call.reset(vars_[0])
     if detach and call.token is not call.state.cancellation_token:
         call.token.detach()
+
+
+def _nothing() -> None:
+    """The unhook of a run not started."""
 
 
 def _canceller(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
