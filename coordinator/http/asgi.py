@@ -10,9 +10,8 @@ import anyio.to_thread
 
 from ..context import tracing
 from ..context.execution import active_context
-from ..models import ExecutionConfig
 from ..runtime.coordinator import Coordinator
-from .common import HEADER, RequestRefused, finish, flush, resolve
+from .common import HEADER, ContextMiddleware, RequestRefused, finish, flush, resolve
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -24,7 +23,7 @@ _HEADER_BYTES = HEADER.encode()
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
 
 
-class BudgetContextMiddleware:
+class BudgetContextMiddleware(ContextMiddleware[ASGIApp]):
     """Attach the caller's context for each HTTP request (``current_context()`` returns it
     in the handler), or open a root context with ``config`` when no header came.
 
@@ -35,23 +34,6 @@ class BudgetContextMiddleware:
 
     ``app.add_middleware(BudgetContextMiddleware, coordinator=..., config=...)``.
     """
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        coordinator: Coordinator | None = None,
-        config: ExecutionConfig | None = None,
-        require_context: bool = False,
-    ) -> None:
-        self.app = app
-        self.coordinator = coordinator
-        """None: :meth:`Coordinator.default` at each request."""
-        self.config = config
-        """Limits of the root context opened for a request without a header (None: the
-        request runs without a context)."""
-        self.require_context = require_context
-        """Refuse requests without a header (401) instead of opening a root."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

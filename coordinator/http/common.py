@@ -1,5 +1,5 @@
-"""What both middlewares share: which context a request runs in, and how a refused
-request is answered (a JSON body with a 4xx status, never a 500)."""
+"""What both middlewares share: their settings, which context a request runs in, and how
+a refused request is answered (a JSON body with a 4xx status, never a 500)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, MutableMapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..context import tracing
 from ..context.execution import ExecutionContext, current_context
@@ -29,6 +29,30 @@ HEADER = "budget-context"
 
 _UNREACHABLE = (RedisError, OSError)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+App = TypeVar("App")
+
+
+class ContextMiddleware(Generic[App]):
+    """The settings of a middleware around ``app`` (ASGI or WSGI): how each request finds
+    its context."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        coordinator: Coordinator | None = None,
+        config: ExecutionConfig | None = None,
+        require_context: bool = False,
+    ) -> None:
+        self.app = app
+        self.coordinator = coordinator
+        """None: :meth:`Coordinator.default` at each request."""
+        self.config = config
+        """Limits of the root context opened for a request without a header (None: the
+        request runs without a context)."""
+        self.require_context = require_context
+        """Refuse requests without a header (401) instead of opening a root."""
 
 
 class RequestRefused(Exception):

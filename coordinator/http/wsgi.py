@@ -8,9 +8,8 @@ from typing import Any
 
 from ..context import tracing
 from ..context.execution import ExecutionContext, active_context
-from ..models import ExecutionConfig
 from ..runtime.coordinator import Coordinator
-from .common import RequestRefused, finish, flush, resolve
+from .common import ContextMiddleware, RequestRefused, finish, flush, resolve
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -19,26 +18,13 @@ _STATUS_TEXT = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
                 404: "Not Found", 503: "Service Unavailable"}
 
 
-class BudgetContextWSGIMiddleware:
+class BudgetContextWSGIMiddleware(ContextMiddleware[WSGIApp]):
     """The WSGI twin of :class:`~coordinator.http.asgi.BudgetContextMiddleware`:
     ``app.wsgi_app = BudgetContextWSGIMiddleware(app.wsgi_app, config=...)``.
 
     The context is current while the application runs and while its body is iterated;
     queued settles are flushed before the last body chunk goes out.
     """
-
-    def __init__(
-        self,
-        app: WSGIApp,
-        *,
-        coordinator: Coordinator | None = None,
-        config: ExecutionConfig | None = None,
-        require_context: bool = False,
-    ) -> None:
-        self.app = app
-        self.coordinator = coordinator
-        self.config = config
-        self.require_context = require_context
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse
                  ) -> Iterable[bytes]:
