@@ -18,7 +18,7 @@ One loopback redis-server started here; every figure below comes from this run.
 
 Needs veronica-core (``pip install -e '.[bench]'``).
 Run: .venv/bin/python bench/bench_lease.py [--calls 5000] [--seconds 3] [--rounds 3]
-[--procs 8] (``--quick``: a short run, bench/short_run.py)
+[--procs 8] [--parts 1234] (``--quick``: a short run, bench/short_run.py)
 """
 
 from __future__ import annotations
@@ -365,14 +365,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--procs", type=int, default=8, help="processes in parts 2 and 4")
     ap.add_argument("--ops", type=int, default=2000, help="operations of each kind in part 3")
+    ap.add_argument("--parts", default="1234", help="which parts to run (default: all)")
     args = parse(ap, calls=50, seconds=0.3, rounds=1, procs=1, ops=20)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, redis-server on loopback (started here)")
     with RedisServer() as server:
-        one_process(server.url, args.calls)
-        eight_processes(server.url, args.seconds, args.procs)
-        strict_breakdown(server.url, args.ops)
-        abort_to_refusal(server.url, args.rounds, args.procs)
+        if "1" in args.parts:
+            one_process(server.url, args.calls)
+        if "2" in args.parts:
+            eight_processes(server.url, args.seconds, args.procs)
+        if "3" in args.parts:
+            strict_breakdown(server.url, args.ops)
+        if "4" in args.parts:
+            abort_to_refusal(server.url, args.rounds, args.procs)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ RETRY_TAKE_S = 0.05
 this long before a slice is asked for again."""
 
 Expired = list[tuple[str, ReservationRecord]]
+Filled = tuple[int, list[dict[str, Any]], dict[str, int]]
+"""A batch taken to be written: its number, node records and amounts spent."""
 
 
 class LeaseSlice:
@@ -66,8 +68,11 @@ class LeaseSlice:
         self.closed = False
         self._retry_at = 0.0
         self._refused: dict[str, int] = {}
-        self._seq = 0
-        self._batch = self._new_batch()
+        self._seq = 1  # the batch being filled
+        self._records: list[dict[str, Any]] = []
+        """The batch's node records, encoded when it is written (off the calls' path)."""
+        self._spent: dict[str, int] = {}
+        """The batch's amounts by dimension (see ``Batch.spent``)."""
         self._flush_scheduled = False
 
     # -- the stop listener's target ------------------------------------------------------
@@ -89,21 +94,18 @@ class LeaseSlice:
         """Promise a call's estimate from the slice, without a round trip. False: the
         caller takes a strict reserve (no slice, stopped, or the call does not fit)."""
         with self._lock:
-            if self.slice_id is not None and self.stopped is None and (
-                    time.monotonic() < self.expires) and self._promise(amounts):
-                return True
-        return False
+            return (self.slice_id is not None and self.stopped is None
+                    and time.monotonic() < self.expires and self._promise(amounts))
 
     def _promise(self, amounts: Sequence[str | int]) -> bool:
         avail = self.avail
-        for i in range(0, len(amounts), 2):
-            amount = int(amounts[i + 1])
-            if amount and avail.get(str(amounts[i]), -1) < amount:
+        pairs = [(str(amounts[i]), int(amounts[i + 1])) for i in range(0, len(amounts), 2)]
+        for dim, amount in pairs:
+            if amount and avail.get(dim, -1) < amount:
                 return False
-        for i in range(0, len(amounts), 2):
-            dim = str(amounts[i])
+        for dim, amount in pairs:
             if dim in avail:
-                avail[dim] -= int(amounts[i + 1])
+                avail[dim] -= amount
         self.inflight += 1
         return True
 
@@ -127,8 +129,9 @@ class LeaseSlice:
             with self._lock:
                 if self.inflight:  # calls in flight hold the old slice: no refill now
                     return False, [], []
-                old, batch = self.slice_id, self._take_batch()
+                old, filled = self.slice_id, self._take_batch()
                 self.slice_id, self.avail = None, {}
+            batch = _encoded(filled)
             ops = []
             if old is not None or batch.nodes:
                 ops.append(self.leases.flush_op(self.path, old or "", batch, give_back=True))
@@ -170,12 +173,13 @@ class LeaseSlice:
     def settle(self, held: dict[str, int], outcome: str, node: dict[str, Any],
                amounts: Sequence[str | int], *, now: bool) -> str | None:
         """A call served from the slice ended: release its promise, count what it spent in
-        the batch, without a round trip. Returns what must be written now: "give_back"
-        (the slice's last call after a stop or close), "flush" (asked ``now``, or the
-        slice overspent, or the batch full), else None (written within FLUSH_AFTER_S)."""
-        node_json = json.dumps(node)
+        the batch, without a round trip (``node``, its record, is encoded when the batch
+        is written: it must not change after). Returns what must be written now:
+        "give_back" (the slice's last call after a stop or close), "flush" (asked ``now``,
+        or the slice overspent, or the batch full), else None (written within
+        FLUSH_AFTER_S)."""
         with self._lock:
-            avail, spent = self.avail, self._batch.spent
+            avail, spent = self.avail, self._spent
             for dim, amount in held.items():
                 if dim in avail:
                     avail[dim] += amount
@@ -191,11 +195,11 @@ class LeaseSlice:
                     avail["steps"] -= 1
             elif outcome == "error":
                 spent["retries"] = spent.get("retries", 0) + 1
-            self._batch.nodes.append(node_json)
+            self._records.append(node)
             self.inflight -= 1
             ending = self.inflight == 0 and (self.stopped is not None or self.closed)
-            now = now or ending or len(self._batch.nodes) >= BATCH_MAX or any(
-                v < 0 for v in avail.values())
+            now = now or ending or len(self._records) >= BATCH_MAX or min(
+                avail.values(), default=0) < 0
             schedule = not now and not self._flush_scheduled
             if schedule:
                 self._flush_scheduled = True
@@ -215,12 +219,13 @@ class LeaseSlice:
             return []
         with self._flush_lock:
             with self._lock:
-                batch = self._take_batch()
+                filled = self._take_batch()
                 slice_id = self.slice_id
                 if give_back and self.inflight:
                     give_back = False  # its calls in flight hold it: the last one returns it
                 if give_back:
                     self.slice_id, self.avail = None, {}
+            batch = _encoded(filled)
             if not batch.nodes and not (give_back and slice_id):
                 return []
             op = self.leases.flush_op(self.path, slice_id or "", batch, give_back=give_back)
@@ -251,14 +256,12 @@ class LeaseSlice:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _new_batch(self) -> Batch:
-        self._seq += 1
-        return Batch(self._seq, [], [], {})
-
-    def _take_batch(self) -> Batch:
-        batch, self._batch = self._batch, self._new_batch()
+    def _take_batch(self) -> Filled:
+        """The batch filled so far, a new one started (under the lock)."""
+        filled = self._seq, self._records, self._spent
+        self._seq, self._records, self._spent = self._seq + 1, [], {}
         self._flush_scheduled = False
-        return batch
+        return filled
 
     def _give_back_now(self) -> None:
         self.give_back()
@@ -276,6 +279,12 @@ class LeaseSlice:
             self.coord.call_later(FLUSH_AFTER_S, lambda: self._age_out(slice_id))
         else:
             self.give_back()
+
+
+def _encoded(filled: Filled) -> Batch:
+    """The batch to write, its node records encoded (outside the lock, once per batch)."""
+    seq, records, spent = filled
+    return Batch(seq, [json.dumps(record) for record in records], [], spent)
 
 
 def _stops(path: Path, reply: Any) -> list[Stop]:

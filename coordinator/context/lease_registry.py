@@ -16,6 +16,16 @@ _slices: weakref.WeakKeyDictionary[ContextState, LeaseSlice] = weakref.WeakKeyDi
 _live: weakref.WeakSet[LeaseSlice] = weakref.WeakSet()
 _slices_lock = threading.Lock()
 _atexit_registered = False
+_pid = os.getpid()
+"""This process's id (kept at fork, rather than asked of the kernel on every call)."""
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def slice_of(state: ContextState) -> LeaseSlice | None:
@@ -25,11 +35,11 @@ def slice_of(state: ContextState) -> LeaseSlice | None:
     if policy is None or state.call_seq is not None:
         return None
     found = _slices.get(state)
-    if found is not None and found.pid == os.getpid():
+    if found is not None and found.pid == _pid:
         return found
     with _slices_lock:
         found = _slices.get(state)
-        if found is None or found.pid != os.getpid():  # a forked child takes its own
+        if found is None or found.pid != _pid:  # a forked child takes its own
             found = LeaseSlice(state.coord, state.path, policy)
             global _atexit_registered
             if not _atexit_registered:

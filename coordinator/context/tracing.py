@@ -23,6 +23,8 @@ except ImportError:  # the telemetry extra is optional
 _cached: tuple[Any, Any] = (None, None)
 """(the tracer provider, its tracer): the tracer is made once per provider."""
 _OPERATIONS = {"llm": "chat", "tool": "execute_tool"}
+_NO_SPAN = nullcontext()
+"""What ``in_span`` enters when tracing is off (one, reused: it holds no state)."""
 
 
 def _tracer() -> Any:
@@ -65,7 +67,7 @@ def start_span(state: ContextState, kind: str, options: WrapOptions,
 def in_span(span: Any) -> AbstractContextManager[Any]:
     """Make ``span`` current while the call runs (so spans it starts are its children)."""
     if span is None:
-        return nullcontext()
+        return _NO_SPAN
     return otel.use_span(span, end_on_exit=False)
 
 
