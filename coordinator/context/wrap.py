@@ -7,7 +7,7 @@ task cancelled with its context (steps.py: ``drive`` here, ``adrive`` on the I/O
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -92,44 +92,29 @@ def _attempts(state: ContextState, owner: object, kind: Kind, fn: Callable[[], A
 
 def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
              options: WrapOptions | None) -> Outcome:
-    loop = _attempts(state, owner, kind, fn, options)
-    value: Any = None
-    error: BaseException | None = None
+    loop = _Loop(_attempts(state, owner, kind, fn, options))
     entered: tuple[Any, Any] = (None, None)
-    while True:
-        try:
-            need = loop.send(value) if error is None else loop.throw(error)
-        except StopIteration as stop:
-            outcome: Outcome = stop.value
-            return outcome
-        value, error = None, None
+    for need in loop:
         try:
             if isinstance(need, Run):
                 entered = _enter(need.call)
                 with tracing.in_span(need.span):
-                    value = call_sync(fn)
+                    loop.value = call_sync(fn)
             elif isinstance(need, Leave):
                 _exit(need.call, entered)
             else:
-                value = drive(need)
+                loop.value = drive(need)
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
-            error = exc
+            loop.error = exc
+    return loop.outcome
 
 
 async def run_async(state: ContextState, owner: object, kind: Kind,
                     fn: Callable[[], Awaitable[Any]], options: WrapOptions | None) -> Outcome:
-    loop = _attempts(state, owner, kind, fn, options)
+    loop = _Loop(_attempts(state, owner, kind, fn, options))
     events, io = asyncio.get_running_loop(), state.coord.io
-    value: Any = None
-    error: BaseException | None = None
     unhook: Callable[[], None] = _nothing
-    while True:
-        try:
-            need = loop.send(value) if error is None else loop.throw(error)
-        except StopIteration as stop:
-            outcome: Outcome = stop.value
-            return outcome
-        value, error = None, None
+    for need in loop:
         try:
             if isinstance(need, Run):
                 call = need.call
@@ -141,20 +126,48 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
                     _exit(call, vars_, detach=False)
                 unhook = call.token.on_cancel(_canceller(events, task))
                 try:
-                    value = await task
+                    loop.value = await task
                 except asyncio.CancelledError:
                     if not call.token.cancelled:
                         raise
-                    error = CancelledByContext(call.token.reason or "cancelled")
+                    loop.error = CancelledByContext(call.token.reason or "cancelled")
             elif isinstance(need, Leave):
                 unhook()
                 unhook = _nothing
                 if need.call.token is not state.cancellation_token:
                     need.call.token.detach()
             else:
-                value = await adrive(need, io)
+                loop.value = await adrive(need, io)
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
-            error = exc
+            loop.error = exc
+    return loop.outcome
+
+
+class _Loop:
+    """The loop's generator, resumed with the answer to each of its needs: the ``value``
+    a driver sets, or the ``error`` it throws in; then how the wrap ended."""
+
+    def __init__(self, attempts: Generator[Need, Any, Outcome]) -> None:
+        self._attempts = attempts
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self._outcome: Outcome | None = None
+
+    def __iter__(self) -> Iterator[Need]:
+        while True:
+            value, error, self.value, self.error = self.value, self.error, None, None
+            try:
+                need = (self._attempts.send(value) if error is None
+                        else self._attempts.throw(error))
+            except StopIteration as stop:
+                self._outcome = stop.value
+                return
+            yield need
+
+    @property
+    def outcome(self) -> Outcome:
+        assert self._outcome is not None, "the loop has not ended"
+        return self._outcome
 
 
 def _traced(span: Any, state: ContextState, outcome: _O, call: Call | None,
