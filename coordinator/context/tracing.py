@@ -5,6 +5,7 @@ installed, or with no tracer provider configured, every function here returns at
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -25,13 +26,25 @@ _cached: tuple[Any, Any] = (None, None)
 _OPERATIONS = {"llm": "chat", "tool": "execute_tool"}
 _NO_SPAN = nullcontext()
 """What ``in_span`` enters when tracing is off (one, reused: it holds no state)."""
+_environ_size = -1
+"""The size of os.environ when OpenTelemetry's getter last found no provider named in it."""
 
 
 def _tracer() -> Any:
     """The package's tracer, or None when no tracer provider is configured."""
     if otel is None:
         return None
-    provider = otel.get_tracer_provider()
+    provider = otel._TRACER_PROVIDER  # the provider set (set once; tests reset it)
+    if provider is None:
+        # none set: OpenTelemetry's getter would look up the variable that may name one
+        # (about 1 us a call: a KeyError raised and caught in os.environ); it is asked
+        # again only when the environment changed size since it last found none there
+        global _environ_size
+        if len(os.environ) == _environ_size:
+            return None
+        provider = otel.get_tracer_provider()
+        if otel._TRACER_PROVIDER is None:
+            _environ_size = len(os.environ)
     if isinstance(provider, (otel.ProxyTracerProvider, otel.NoOpTracerProvider)):
         return None
     global _cached
