@@ -15,7 +15,6 @@ import logging
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
 from ..core.amounts import micro_to_usd, reserve_amounts
@@ -26,17 +25,16 @@ from ..errors import BackendUnavailableError
 from ..models import Decision, WrapOptions
 from ..quotas.steps import grant_short, refill_and_reserve
 from ..shield.pipeline import ToolCallContext
-from ..shield.policy import PolicyContext
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
-from ..store.requests import Blocking, Reserve
+from ..store.requests import Finish, Flush, Open, Reap, Refusal, Reserve, Settled
 from ..store.tree import Held, Refused, Replayed, Stop
 from .cancellation import CancellationToken
 from .failures import error_fields
+from .hooks import BeforeCall, HookRefusal
 from .lease import LeaseSlice
 from .lease_registry import slice_of
 from .lease_steps import finish_served, release_promise, take_slice
-from .reaping import reap
 from .state import ContextState
 from .steps import Steps
 
@@ -106,12 +104,13 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
         # the same words as reserve.lua's refusal of a stopped level: whether this process
         # heard the stop (pub/sub) or learns it from Redis is a race, and the records of
         # one stop must not differ by who won it (the dashboard folds identical ones)
-        return halt(state, kind, opts, call_id, state.stopped, f"stopped: {state.stopped}")
+        return (yield from halt(state, kind, opts, call_id, state.stopped,
+                                f"stopped: {state.stopped}"))
     if state.closed:
-        return halt(state, kind, opts, call_id, "closed", "context is closed")
+        return (yield from halt(state, kind, opts, call_id, "closed", "context is closed"))
     unpriced = strict_refusal(opts.model, opts.provider, state.coord.charging)
     if unpriced is not None:
-        return halt(state, kind, opts, call_id, "unpriced_model", unpriced)
+        return (yield from halt(state, kind, opts, call_id, "unpriced_model", unpriced))
     # an LLM call holds at least the floor it is charged if it reports nothing
     amounts = reserve_amounts(opts, state.coord.charging.floor_micro if kind == "llm" else 0)
     lease = slice_of(state)
@@ -124,7 +123,7 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
             if not backend.allow(state.backend_key):
                 raise BackendDown()
             if state.pending_open is not None:
-                yield Blocking(state.ensure_open)
+                yield Open(state.ctx_id)
             if lease is not None:  # a new slice: one round trip, like a reserve
                 taking = True
                 served = yield from take_slice(state, lease, amounts)
@@ -138,8 +137,9 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                     # what left no room may be holds whose process stopped renewing them
                     # (settle them), or this process's own settles still on their way
                     # (sent by the flusher): let them land and ask once more
-                    reap(state, res.expired)
-                    yield Blocking(state.store.flush)
+                    if res.expired:
+                        yield Reap(state.path, res.expired)
+                    yield Flush()
                     res = yield from _reserve(state, call_id, amounts, keyed)
     except UNAVAILABLE as exc:
         if is_stall(exc):
@@ -148,14 +148,13 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
             # The reserve may have landed without its reply: withdraw it (charging
             # nothing) with the next round trip; if it lands after that, its lease ends it.
             # (A keyed id is left to its lease: a release would mark it finished.)
-            state.store.finish(state.path, call_id, outcome="skip", node=None, amounts=[],
-                               write_behind=True)
-            state.coord.schedule_flush()
+            yield Finish(state.path, call_id, "skip", None, [], write_behind=True)
         if state.coord.fail_open:
             log.warning("Redis unavailable; running %s without a budget (fail_open)", call_id)
             return _new_call(state, owner, kind, opts, call_id, amounts, reserved=False)
         err = BackendUnavailableError("reserve", exc)
-        return halt(state, kind, opts, call_id, "backend_unavailable", str(err), offline=True)
+        return (yield from halt(state, kind, opts, call_id, "backend_unavailable", str(err),
+                                offline=True))
     if served:
         return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts,
                                             lease=lease)))
@@ -166,10 +165,11 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
         level_id = state.path.ids[res.level] if res.level >= 0 else state.ctx_id
         if res.stopped:
             state.handle_stop(res.reason)
-        return halt(state, kind, opts, call_id, res.reason, res.detail, level=level_id)
+        return (yield from halt(state, kind, opts, call_id, res.reason, res.detail,
+                                level=level_id))
     state.coord.observe_redis_time(res.now_ms)
     if res.expired:
-        reap(state, res.expired)
+        yield Reap(state.path, res.expired)
     return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts)))
 
 
@@ -177,13 +177,11 @@ def _reserve(state: ContextState, call_id: str, amounts: list[str | int], keyed:
              ) -> Steps[Held | Refused | Replayed]:
     """Hold the call's estimate at every level (one round trip), topping up a quota grant
     of the tree that is short (quotas/)."""
-    res: Held | Refused | Replayed = yield Reserve(state.store, state.path, call_id,
-                                                   amounts, keyed,
+    res: Held | Refused | Replayed = yield Reserve(state.path, call_id, amounts, keyed,
                                                    resend=state.has_time_to_resend())
     state.coord.backend.succeeded(state.backend_key)
     if grant_short(res):
-        res = yield from refill_and_reserve(state.coord, state.path, call_id, amounts,
-                                            keyed, res)
+        res = yield from refill_and_reserve(state.path, call_id, amounts, keyed, res)
     return res
 
 
@@ -193,21 +191,22 @@ def _admit(call: Call) -> Steps[Call | Outcome]:
     if state.pipeline is None and state.circuit_breaker is None:
         return call
     try:
-        refusal = yield Blocking(partial(_consult_before, call))
+        refusal: HookRefusal | None = yield BeforeCall(
+            call.call_id, call.kind, call.tool_ctx, call.options.cost_estimate_hint)
     except GeneratorExit:
         raise
     except BaseException:  # a hook failed: the call never runs, its hold goes
-        _withdraw(call, "error")
+        yield from _withdraw(call, "error")
         raise
-    if isinstance(refusal, Outcome):
-        _withdraw(call, "halted", refusal.reason)
+    if refusal is not None:
+        yield from _withdraw(call, "halted", refusal.reason)
         if call.token is not state.cancellation_token:
             call.token.detach()
-        return refusal
+        return Outcome(refusal.decision, reason=refusal.reason, detail=refusal.detail)
     return call
 
 
-def _withdraw(call: Call, status: str, refused_by: str | None = None) -> None:
+def _withdraw(call: Call, status: str, refused_by: str | None = None) -> Steps[None]:
     """Give back the hold of a call that will not run, without waiting: its slice's
     promise, or a queued release of its reservation (``refused_by``: the refusal's
     reason, counted as one)."""
@@ -218,9 +217,7 @@ def _withdraw(call: Call, status: str, refused_by: str | None = None) -> None:
     if call.lease is not None:
         release_promise(call.lease, call.held, record)
         return
-    state.store.finish(state.path, call.call_id, outcome="skip", node=record,
-                       amounts=[], write_behind=True)
-    state.coord.schedule_flush()
+    yield Finish(state.path, call.call_id, "skip", record, [], write_behind=True)
 
 
 def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
@@ -246,34 +243,8 @@ def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
                 lease=lease)
 
 
-def _consult_before(call: Call) -> Outcome | None:
-    """Pipeline hooks, then the circuit breaker (the spec's order, after limits).
-    Returns the refusal, or None to go ahead."""
-    state = call.state
-    if state.pipeline is not None and call.tool_ctx is not None:
-        hook = (state.pipeline.before_llm_call if call.kind == "llm"
-                else state.pipeline.before_tool_call)
-        decision = hook(call.tool_ctx)
-        state.mirror_pipeline_events(state.pipeline)
-        if decision != Decision.ALLOW:
-            if state.circuit_breaker is not None:
-                # a probe a window hook took for this call (its lease is renewed
-                # until released): the call never runs
-                state.circuit_breaker.release()
-            return Outcome(decision, reason="pipeline",
-                           detail=f"a pipeline hook returned {decision.value}")
-    if state.circuit_breaker is not None:
-        verdict = state.circuit_breaker.check(PolicyContext(
-            cost_usd=call.options.cost_estimate_hint, step_count=0))
-        if not verdict.allowed:
-            state.record_event(state.event("circuit_open", verdict.reason,
-                                           node_id=call.call_id))
-            return Outcome(Decision.HALT, reason="circuit_open", detail=verdict.reason)
-    return None
-
-
 def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
-         detail: str, *, offline: bool = False, level: str | None = None) -> Outcome:
+         detail: str, *, offline: bool = False, level: str | None = None) -> Steps[Outcome]:
     """Record a refused call: its node (with the reason) always, the chain-level
     event once per reason per context (the reference's de-duplication); HALT. Refusals
     while Redis is away record one event per run of them (a stalled Redis refuses
@@ -296,8 +267,7 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
     record = {"node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
               "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
               "stop_detail": detail or reason}
-    state.store.queue_refusal(state.path, reason, event.model_dump_json(), json.dumps(record))
-    state.coord.schedule_flush()
+    yield Refusal(state.path, reason, event.model_dump_json(), json.dumps(record))
     return outcome
 
 
@@ -348,29 +318,11 @@ def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str |
         stops = yield from finish_served(call.lease, call.held, outcome, record, amounts,
                                          now=not write_behind)
     else:
-        done: tuple[list[Stop], bool] = yield Blocking(
-            partial(_finish_now, call, outcome, record, amounts, write_behind))
-        stops, behind = done
-        if behind:
-            state.coord.schedule_flush()
+        done: Settled = yield Finish(state.path, call.call_id, outcome, record, amounts,
+                                      write_behind)
+        stops = done.stops
     for stop in stops:
         if stop.ctx_id in state.path.ids:
             state.handle_stop(stop.reason)
     return stops
 
-
-def _finish_now(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int],
-                write_behind: bool) -> tuple[list[Stop], bool]:
-    """(the stops, whether it went behind): written behind when asked, or queued while
-    Redis is down (if it never lands, the lease charges the estimate)."""
-    state = call.state
-    store, backend = state.store, state.coord.backend
-    args: dict[str, Any] = {"outcome": outcome, "node": record, "amounts": amounts}
-    if backend.allow(state.backend_key):
-        try:
-            stops = store.finish(state.path, call.call_id, write_behind=write_behind, **args)
-            return stops, write_behind
-        except UNAVAILABLE as exc:
-            backend.failed(exc, state.backend_key)
-    store.finish(state.path, call.call_id, write_behind=True, **args)
-    return [], True

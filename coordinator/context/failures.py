@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import NotAwaitableError, ReportOutsideCallError
 from ..models import Decision, WrapOptions
+from ..store.requests import Event
 from .state import ContextState
 
 ERROR_TEXT_MAX = 500
@@ -71,17 +72,16 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
 
 
 def note_once(state: ContextState, event_type: str, key: str, reason: str,
-              decision: Decision, **metadata: Any) -> None:
-    """Record a chain event ``event_type`` once per (context, ``key``) (event_once.lua)."""
+              decision: Decision, **metadata: Any) -> Event:
+    """The request recording a chain event ``event_type`` once per (context, ``key``)
+    (event_once.lua)."""
     event = state.event(event_type, reason[:ERROR_TEXT_MAX], decision, **metadata)
-    state.store.queue_stop_event(state.path, f"{event_type}:{key}"[:300],
-                                 event.model_dump_json())
-    state.coord.schedule_flush()
+    return Event(state.path, event.model_dump_json(), once=f"{event_type}:{key}"[:300])
 
 
 def note_failure(state: ContextState, call_id: str, exc: BaseException,
-                 decision: Decision) -> None:
-    """``call_failed``, once per (context, error type)."""
+                 decision: Decision) -> Event:
+    """The request recording ``call_failed``, once per (context, error type)."""
     name = type(exc).__name__
-    note_once(state, "call_failed", name, f"{name}: {exc}", decision, node_id=call_id,
+    return note_once(state, "call_failed", name, f"{name}: {exc}", decision, node_id=call_id,
               error_type=name)

@@ -1,20 +1,34 @@
 """Lease mode's part of a call's steps (call.py): taking a slice is a store request like a
 reserve; a call served from the slice is settled in-process, and only a batch that must be
 written now (or the slice's give-back) becomes a request. One implementation for the sync
-and async drivers (steps.py)."""
+and async drivers (steps.py). Requests name a slice by its owner id; the executor finds
+it with :func:`slice_named`."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from ..store.requests import Blocking
+from ..store.requests import Reap, TakeSlice, WriteSlice
 from ..store.tree import Stop
 from .lease import LeaseSlice
-from .reaping import reap
 from .state import ContextState
 from .steps import Steps
+
+_named: weakref.WeakValueDictionary[str, LeaseSlice] = weakref.WeakValueDictionary()
+"""The slices requests were made for, by owner id (a call in flight holds its own)."""
+
+
+def slice_named(owner: str) -> LeaseSlice:
+    """The slice a request names."""
+    return _named[owner]
+
+
+def _named_by(lease: LeaseSlice) -> str:
+    _named[lease.owner] = lease
+    return lease.owner
 
 
 def take_slice(state: ContextState, lease: LeaseSlice, amounts: Sequence[str | int]
@@ -23,12 +37,12 @@ def take_slice(state: ContextState, lease: LeaseSlice, amounts: Sequence[str | i
     async callers), serving the call from it; reap the expired holds it found. Whether
     the call was served (else it takes a strict reserve); raises UNAVAILABLE like a
     reserve when Redis does not answer."""
-    served, expired, stops = yield Blocking(partial(lease.refill, amounts))
+    served, expired, stops = yield TakeSlice(_named_by(lease), amounts)
     for stop in stops:
         if stop.ctx_id in state.path.ids:
             state.handle_stop(stop.reason)
     if expired:
-        reap(state, expired)
+        yield Reap(state.path, expired)
     return bool(served) and state.stopped is None
 
 
@@ -40,8 +54,7 @@ def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: str,
     action = lease.settle(held, outcome, record, amounts, now=now)
     if action is None:
         return []
-    stops: list[Stop] = yield Blocking(
-        lease.give_back if action == "give_back" else lease.flush)
+    stops: list[Stop] = yield WriteSlice(_named_by(lease), action == "give_back")
     return stops
 
 

@@ -17,6 +17,7 @@ from ..errors import InvalidUsageError
 from ..models import TokenTotals
 from ..quotas.steps import grant_short, refill_and_reserve
 from ..store.tree import Refused
+from .executor import Executor
 from .reading import limit_error, snapshot
 from .state import ContextState
 from .steps import drive
@@ -59,8 +60,8 @@ class TokenLedger:
         state = self._state
         res = state.store.reserve(state.path, reservation_id, amounts)
         if isinstance(res, Refused) and grant_short(res):  # a quota grant to top up
-            res = drive(refill_and_reserve(state.coord, state.path, reservation_id, amounts,
-                                           False, res))
+            res = drive(refill_and_reserve(state.path, reservation_id, amounts, False, res),
+                        Executor(state))
         if isinstance(res, Refused):
             raise limit_error(state, res.reason, res.detail)
         direction: Literal["input", "output", "both"] = (

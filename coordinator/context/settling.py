@@ -1,12 +1,11 @@
 """After a call's function ran: what it is charged (core/charging_rules.py) and what it
 counts, exactly one of: a retry when it raised a retryable error, else a step (it
 returned, raised an error that is not retryable or a tool's limit error, or was
-cancelled), and how the wrap ends. Generators of store requests, like
-call.py's ``begin``; the wrap loops (wrap.py) run them."""
+cancelled), and how the wrap ends. Generators of plain requests (store/requests.py,
+hooks.py), like call.py's ``begin``; the wrap loops (wrap.py) drive them."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from ..core.amounts import actual_amounts, micro_to_usd, usd_to_micro
@@ -19,10 +18,12 @@ from ..errors import (
     TokenBudgetExceededError,
 )
 from ..models import Decision
-from ..store.requests import Blocking
+from ..store.requests import Event
 from .call import Call, Outcome, finish, node, record_capability
 from .cancellation import CancelledByContext
 from .failures import CallerBug, note_failure, note_once, retryable
+from .hooks import AfterRaise, AfterReturn, ReleaseProbe
+from .state import ContextState
 from .steps import Steps
 
 # Errors raised by tool code that mean "a limit stops me" (the Limits specification).
@@ -33,7 +34,8 @@ _LIMIT_ERRORS: dict[type[Exception], str] = {
 _INVALID = (InvalidCostError, InvalidUsageError)
 
 
-def charged(call: Call, usage: Usage | None, ended: Ended, invalid: str | None) -> Charge:
+def charged(call: Call, usage: Usage | None, ended: Ended, invalid: str | None
+            ) -> Steps[Charge]:
     """The call's charge by the rule; records ``usage_unpriced`` (once per context and
     model) and ``invalid_usage`` (once per context and error type)."""
     state, opts = call.state, call.options
@@ -41,16 +43,16 @@ def charged(call: Call, usage: Usage | None, ended: Ended, invalid: str | None) 
                 kind=call.kind, ended=ended, invalid=invalid is not None, model=opts.model,
                 provider=opts.provider, policy=state.coord.charging)
     if ch.unpriced_model is not None:
-        note_once(state, "usage_unpriced", ch.unpriced_model,
+        yield note_once(state, "usage_unpriced", ch.unpriced_model,
                   f"model {ch.unpriced_model!r} has no price: charged "
                   f"${micro_to_usd(ch.cost):.6f} by the {ch.rule} rule", Decision.ALLOW,
                   node_id=call.call_id, model=ch.unpriced_model)
     if invalid is not None:
         kind = invalid.partition(":")[0]
         cost = micro_to_usd(ch.cost)
-        note_once(state, "invalid_usage", kind,
-                  f"{invalid}; charged ${cost:.6f} by the {ch.rule} rule", Decision.HALT,
-                  node_id=call.call_id)
+        yield note_once(state, "invalid_usage", kind,
+                        f"{invalid}; charged ${cost:.6f} by the {ch.rule} rule",
+                        Decision.HALT, node_id=call.call_id)
     return ch
 
 
@@ -69,12 +71,12 @@ def complete(call: Call, result: Any) -> Steps[Outcome]:
         except Exception as exc:  # noqa: BLE001 - the response's usage cannot be taken
             unreadable = exc
             invalid = f"{type(exc).__name__}: {exc}"
-    ch = charged(call, usage, "returned", invalid)
+    ch = yield from charged(call, usage, "returned", invalid)
     decision = Decision.ALLOW
     hook_error: BaseException | None = None
     if unreadable is None and (state.pipeline is not None or state.circuit_breaker is not None):
         try:
-            decision = yield Blocking(partial(_after_success, call, ch.cost))
+            decision = yield AfterReturn(call.kind, call.tool_ctx, ch.cost)
         except GeneratorExit:
             raise
         except BaseException as exc:  # noqa: BLE001 - the money is spent whatever a hook does
@@ -95,24 +97,6 @@ def complete(call: Call, result: Any) -> Steps[Outcome]:
     return Outcome(decision, result)
 
 
-def _after_success(call: Call, cost: int) -> Decision:
-    """The pipeline's ``before_charge`` hooks and the breaker's success (they may read
-    Redis)."""
-    state = call.state
-    decision = Decision.ALLOW
-    if state.pipeline is not None and call.tool_ctx is not None:
-        # before_charge decides for LLM calls only (the reference's rule): a tool call
-        # that already ran is not turned into a HALT; hooks still learn its cost.
-        if call.kind == "llm":
-            decision = state.pipeline.before_charge(call.tool_ctx, micro_to_usd(cost))
-        else:
-            state.pipeline.charged(call.tool_ctx, micro_to_usd(cost))
-        state.mirror_pipeline_events(state.pipeline)
-    if state.circuit_breaker is not None:
-        state.circuit_breaker.record_success()
-    return decision
-
-
 def caller_bug(call: Call, bug: CallerBug) -> Steps[None]:
     """Settle a call whose function could not run as given (the wrap raises
     ``bug.error``): one that ran is settled as a return, one that did not is released,
@@ -122,7 +106,7 @@ def caller_bug(call: Call, bug: CallerBug) -> Steps[None]:
         yield from complete(call, bug.result)
         return
     if state.circuit_breaker is not None:
-        yield Blocking(state.circuit_breaker.release)
+        yield ReleaseProbe()
     yield from finish(call, "skip", node(call, "error", error=bug.error), [],
                       write_behind=True)
 
@@ -140,13 +124,13 @@ def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
         isinstance(exc, (CancelledByContext, *_LIMIT_ERRORS, *_INVALID)) or not retry
     ):
         # not a provider failure: free a probe it held
-        yield Blocking(state.circuit_breaker.release)
+        yield ReleaseProbe()
     if isinstance(exc, CancelledByContext):
         return (yield from _cancelled(call, exc, usage))
     invalid = call.collector.invalid
     if invalid is None and isinstance(exc, _INVALID):
         invalid = f"{type(exc).__name__}: {exc}"
-    ch = charged(call, usage, "raised", invalid)
+    ch = yield from charged(call, usage, "raised", invalid)
     amounts = actual_amounts(ch.cost, ch.tin, ch.tout, ch.provider)
     if not is_exception:
         # Interpreter exits and outer cancellations propagate, never retried: the run
@@ -160,30 +144,29 @@ def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
         record = node(call, "timeout" if limit_error == "timeout" else "halted",
                       charge=ch, steps=1, usage=usage, error=exc)
         yield from finish(call, "ok", record, amounts, write_behind=False)
-        state.record_event(state.event(limit_error, f"{type(exc).__name__}: {exc}",
-                                       node_id=call.call_id, scope="tool"))
+        yield _event(state, limit_error, f"{type(exc).__name__}: {exc}",
+                     node_id=call.call_id, scope="tool")
         return Outcome(Decision.HALT, reason=limit_error, detail=str(exc), error=exc)
     if not retry:  # raised at once: its run counts as a step
         record = node(call, "error", charge=ch, steps=1, usage=usage, error=exc)
         yield from finish(call, "ok", record, amounts, write_behind=False)
-        note_failure(state, call.call_id, exc, Decision.HALT)
+        yield note_failure(state, call.call_id, exc, Decision.HALT)
         return None
     decision = Decision.RETRY
     if not isinstance(exc, _INVALID) and (state.pipeline is not None
                                           or state.circuit_breaker is not None):
-        decision = yield Blocking(partial(_after_error, call, exc))
+        decision = yield AfterRaise(call.tool_ctx, exc)
     record = node(call, "error", charge=ch, retries=1, usage=usage, error=exc)
     stops = yield from finish(call, "error", record, amounts, write_behind=False)
-    note_failure(state, call.call_id, exc, decision)
+    yield note_failure(state, call.call_id, exc, decision)
     if isinstance(exc, _INVALID):
         return None  # a bad report is raised, as before, once its retry is counted
     if any(s.reason == "retry_budget_exceeded" for s in stops) or (
         state.stopped == "retry_budget_exceeded"
     ):
-        state.record_event(state.event(
-            "provider_error",
-            f"{type(exc).__name__}: {exc} (retry budget exhausted)",
-            node_id=call.call_id))
+        yield _event(state, "provider_error",
+                     f"{type(exc).__name__}: {exc} (retry budget exhausted)",
+                     node_id=call.call_id)
         return Outcome(Decision.HALT, reason="provider_error", detail=str(exc), error=exc)
     return Outcome(decision, reason=None if decision == Decision.RETRY else "pipeline",
                    error=exc)
@@ -194,25 +177,16 @@ def _cancelled(call: Call, exc: CancelledByContext, usage: Usage | None) -> Step
     estimate (it may have been billed); its run counts a step (it is not retried)."""
     state = call.state
     reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
-    ch = charged(call, usage, "cancelled", None)
+    ch = yield from charged(call, usage, "cancelled", None)
     record = node(call, reason, charge=ch, steps=1, usage=usage, error=exc)
     yield from finish(call, "ok", record, actual_amounts(ch.cost, ch.tin, ch.tout,
                                                          ch.provider), write_behind=False)
     if not state.cancellation_token.cancelled:  # the call's own timeout
-        state.record_event(state.event("timeout", f"call exceeded "
-                                       f"{call.options.timeout_ms} ms",
-                                       node_id=call.call_id, scope="call"))
+        yield _event(state, "timeout", f"call exceeded {call.options.timeout_ms} ms",
+                     node_id=call.call_id, scope="call")
     return Outcome(Decision.HALT, reason=reason, error=exc)
 
 
-def _after_error(call: Call, exc: BaseException) -> Decision:
-    """The pipeline's ``on_error`` hooks and the breaker's failure (they may read Redis)."""
-    state = call.state
-    decision = Decision.RETRY
-    if state.pipeline is not None and call.tool_ctx is not None:
-        decision = state.pipeline.on_error(call.tool_ctx, exc)
-        state.mirror_pipeline_events(state.pipeline)
-    if state.circuit_breaker is not None:
-        state.circuit_breaker.record_failure()
-    return decision
-
+def _event(state: ContextState, event_type: str, reason: str, **metadata: Any) -> Event:
+    """The request appending a HALT event of the core to the context's log."""
+    return Event(state.path, state.event(event_type, reason, **metadata).model_dump_json())

@@ -1,32 +1,39 @@
 """The two drivers of a call's logic. The logic (call.py) is written once, as generators
-that yield the store requests they need (store/requests.py); the sync driver runs each
-request in the caller's thread, the async driver awaits the store's I/O thread, so the
-event loop never waits on Redis. The twins differ only in how they wait."""
+that yield the requests they need, as plain data (store/requests.py, hooks.py); an
+executor (executor.py, or a test's script) answers each. The sync driver runs each
+request in the caller's thread; the async driver awaits the store's I/O thread for a
+request that may wait on Redis, so the event loop never does. The twins differ only in
+how they wait."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from functools import partial
 from typing import Any, TypeVar
 
 from ..store.io_thread import IOThread, Item
-from ..store.requests import Blocking, Request, run_here
+from ..store.requests import Reserve, StoreRequest
+from .hooks import HookRequest
 
 T = TypeVar("T")
+Request = StoreRequest | HookRequest
+"""Everything a call's steps may ask for."""
 Steps = Generator[Request, Any, T]
-"""A piece of a call's logic: yields requests, receives their results (or has their
+"""A piece of a call's logic: yields requests, receives their replies (or has their
 errors thrown in), returns its value."""
+Execute = Callable[[Request], Any]
+"""Answers a request: the executor (executor.py), or a unit test's script."""
 
 
-def drive(steps: Steps[T]) -> T:
-    """Run ``steps`` here, each request in this thread."""
+def drive(steps: Steps[T], execute: Execute) -> T:
+    """Run ``steps`` here, each request answered by ``execute`` in this thread."""
     try:
         request = next(steps)
         while True:
             try:
-                value = run_here(request)
+                value = execute(request)
             except BaseException as exc:  # noqa: BLE001 - the logic decides what it means
                 request = steps.throw(exc)
             else:
@@ -36,22 +43,25 @@ def drive(steps: Steps[T]) -> T:
         return result
 
 
-async def adrive(steps: Steps[T], io: IOThread) -> T:
-    """Run ``steps`` on the event loop, each request on the I/O thread. Work that is not
-    a reserve (hooks, whose state may live in context variables) runs in a copy of the
-    caller's context, and what it set there is set in the caller's."""
+async def adrive(steps: Steps[T], execute: Execute, io: IOThread) -> T:
+    """Run ``steps`` on the event loop. A reserve goes to the I/O thread (pipelined with
+    other coroutines' reserves); other work that may wait (a round trip, hooks, whose
+    state may live in context variables) runs there in a copy of the caller's context,
+    and what it set there is set in the caller's; a queued write runs here."""
     try:
         request = next(steps)
         while True:
             try:
-                if isinstance(request, Blocking):
+                if isinstance(request, Reserve):
+                    value = await wait(io.submit(request))
+                elif not request.waits:
+                    value = execute(request)
+                else:
                     ctx = contextvars.copy_context()
                     try:
-                        value = await wait(io.submit(Blocking(partial(ctx.run, request.fn))))
+                        value = await wait(io.submit(partial(ctx.run, execute, request)))
                     finally:
                         _adopt(ctx)
-                else:
-                    value = await wait(io.submit(request))
             except BaseException as exc:  # noqa: BLE001 - the logic decides what it means
                 request = steps.throw(exc)
             else:

@@ -16,6 +16,7 @@ from ..models import Decision, WrapOptions
 from . import tracing
 from .call import Call, Kind, Outcome, active_call, begin
 from .cancellation import CancelledByContext
+from .executor import Executor
 from .failures import CallerBug, call_async, call_sync
 from .settling import caller_bug, complete, fail
 from .state import ContextState
@@ -93,6 +94,7 @@ def _attempts(state: ContextState, owner: object, kind: Kind, fn: Callable[[], A
 def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
              options: WrapOptions | None) -> Outcome:
     loop = _Loop(_attempts(state, owner, kind, fn, options))
+    execute = Executor(state)
     entered: tuple[Any, Any] = (None, None)
     for need in loop:
         try:
@@ -103,7 +105,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
             elif isinstance(need, Leave):
                 _exit(need.call, entered)
             else:
-                loop.value = drive(need)
+                loop.value = drive(need, execute)
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
             loop.error = exc
     return loop.outcome
@@ -112,7 +114,7 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
 async def run_async(state: ContextState, owner: object, kind: Kind,
                     fn: Callable[[], Awaitable[Any]], options: WrapOptions | None) -> Outcome:
     loop = _Loop(_attempts(state, owner, kind, fn, options))
-    events, io = asyncio.get_running_loop(), state.coord.io
+    events, io, execute = asyncio.get_running_loop(), state.coord.io, Executor(state)
     unhook: Callable[[], None] = _nothing
     for need in loop:
         try:
@@ -137,7 +139,7 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
                 if need.call.token is not state.cancellation_token:
                     need.call.token.detach()
             else:
-                loop.value = await adrive(need, io)
+                loop.value = await adrive(need, execute, io)
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
             loop.error = exc
     return loop.outcome

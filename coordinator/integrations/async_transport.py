@@ -14,6 +14,7 @@ import httpx2
 from ..context.call import Outcome
 from ..context.cancellation import CancelledByContext
 from ..context.execution import ExecutionContext
+from ..context.executor import Executor
 from ..context.steps import Steps, adrive
 from ..models import Decision
 from .errors import BudgetExceededError
@@ -74,7 +75,7 @@ class AsyncBudgetTransport(httpx2.AsyncBaseTransport):
 
 
 async def _run(ex: Exchange, steps: Steps[T]) -> T:
-    return await adrive(steps, ex.state.coord.io)
+    return await adrive(steps, Executor(ex.state), ex.state.coord.io)
 
 
 async def _abortable(ex: Exchange, send: Callable[[], Awaitable[T]]) -> T:

@@ -17,6 +17,7 @@ from langchain_core.outputs import LLMResult
 from ..context import tracing
 from ..context.call import Call, Outcome, begin
 from ..context.execution import ExecutionContext, current_context
+from ..context.executor import Executor
 from ..context.settling import complete, fail
 from ..context.steps import drive
 from ..models import WrapOptions
@@ -88,7 +89,8 @@ class BudgetCallbackHandler(BaseCallbackHandler):
             return
         state = ctx._state
         span = tracing.start_span(state, kind, options)
-        started = drive(begin(state, ctx, "tool" if kind == "tool" else "llm", options))
+        started = drive(begin(state, ctx, "tool" if kind == "tool" else "llm", options),
+                        Executor(state))
         if isinstance(started, Outcome):
             tracing.end_span(span, state, decision=started.decision.value,
                              reason=started.reason, settled=None)
@@ -103,8 +105,9 @@ class BudgetCallbackHandler(BaseCallbackHandler):
         if entry is None:
             return
         call, span = entry
-        outcome = drive(fail(call, error)) if error is not None else drive(
-            complete(call, result))
+        execute = Executor(call.state)
+        outcome = drive(fail(call, error), execute) if error is not None else drive(
+            complete(call, result), execute)
         tracing.end_span(span, call.state, decision=outcome.decision.value if outcome
                          else "ERROR", reason=outcome.reason if outcome else None,
                          settled=call.settled, error=error)

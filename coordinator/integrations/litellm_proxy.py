@@ -21,6 +21,7 @@ from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy._types import ProxyException
 
 from ..context.call import Outcome
+from ..context.executor import Executor
 from ..context.steps import Steps, adrive
 from ..http.common import HEADER, RequestRefused, finish, resolve
 from ..runtime.coordinator import Coordinator
@@ -150,7 +151,7 @@ def _refused(error: BudgetExceededError) -> ProxyException:
 
 
 async def _run(ex: Exchange, steps: Steps[Any]) -> Any:
-    return await adrive(steps, ex.state.coord.io)
+    return await adrive(steps, Executor(ex.state), ex.state.coord.io)
 
 
 budget_hook = BudgetProxyHook()

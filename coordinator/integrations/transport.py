@@ -15,6 +15,7 @@ import httpx2
 from ..context.call import Outcome
 from ..context.cancellation import CancelledByContext
 from ..context.execution import ExecutionContext
+from ..context.executor import Executor
 from ..context.steps import drive
 from ..models import Decision
 from .errors import BudgetExceededError
@@ -49,7 +50,7 @@ class BudgetTransport(httpx2.BaseTransport):
         if budgeted is None:
             return self.inner.handle_request(request)
         ex, ctx, request = budgeted
-        started = drive(ex.begin())
+        started = drive(ex.begin(), Executor(ex.state))
         if isinstance(started, Outcome):
             raise ex.refusal(started, _snapshot(ctx))
         assert ex.call is not None
@@ -64,11 +65,11 @@ class BudgetTransport(httpx2.BaseTransport):
         if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
             raw = _read(ex, response)
             if response.status_code >= 400:
-                outcome = drive(ex.fail(ProviderError(response.status_code)))
+                outcome = drive(ex.fail(ProviderError(response.status_code)), Executor(ex.state))
                 if ex.stops(outcome):
                     raise ex.refusal(outcome or Outcome(Decision.HALT), _snapshot(ctx))
             else:
-                drive(ex.complete(parse_body(response.headers, raw)))
+                drive(ex.complete(parse_body(response.headers, raw)), Executor(ex.state))
             return rebuilt_response(response, raw)
         ex.start_stream()
         return httpx2.Response(response.status_code, headers=response.headers,
@@ -98,7 +99,7 @@ def _failed(ex: Exchange, exc: BaseException) -> BaseException:
     token = ex.call.token
     if token.cancelled:
         exc = CancelledByContext(token.reason or "cancelled")
-    outcome = drive(ex.fail(exc))
+    outcome = drive(ex.fail(exc), Executor(ex.state))
     if ex.stops(outcome) or isinstance(exc, CancelledByContext):
         return ex.refusal(outcome or Outcome(Decision.HALT, reason="aborted"),
                           _snapshot(ex.ctx))
@@ -178,4 +179,4 @@ class MeteredBody(httpx2.SyncByteStream):
         """Close the provider's stream; the call is charged what it metered."""
         self.response.close()
         if not self.ex.finished:
-            drive(self.ex.complete(None))
+            drive(self.ex.complete(None), Executor(self.ex.state))

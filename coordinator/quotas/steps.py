@@ -6,14 +6,12 @@ thread for async callers) and one more reserve; a refusal by the quota itself is
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from functools import partial
 from typing import Any, TypeGuard
 
 from ..core.paths import Path
-from ..runtime.coordinator import Coordinator
-from ..store.requests import Blocking, Request, Reserve
+from ..store.requests import Reserve, StoreRequest, TopUp
 from ..store.tree import Held, Refused, Replayed
-from .keeper import MAX_STEPS, keeper_of
+from .keeper import MAX_STEPS
 
 GRANT_SHORT = "quota_grant"
 """reserve.lua's refusal reason when a quota grant of the root cannot cover the call."""
@@ -31,23 +29,22 @@ def quota_need(amounts: Sequence[str | int]) -> dict[str, int]:
             "tok": by_dim.get("tin", 0) + by_dim.get("tout", 0)}
 
 
-def refill_and_reserve(coord: Coordinator, path: Path, call_id: str,
-                       amounts: Sequence[str | int], keyed: bool, refused: Refused
-                       ) -> Generator[Request, Any, Held | Refused | Replayed]:
+def refill_and_reserve(path: Path, call_id: str, amounts: Sequence[str | int], keyed: bool,
+                       refused: Refused
+                       ) -> Generator[StoreRequest, Any, Held | Refused | Replayed]:
     """Top up the short grant and reserve again (as often as the tree has buckets);
     a quota's own refusal comes back as ``Refused`` (level -1: not a level of the path,
     nothing stopped)."""
-    keeper = keeper_of(coord)
     need = quota_need(amounts)
     result: Held | Refused | Replayed = refused
     for _ in range(2 * MAX_STEPS):
         if not grant_short(result):
             return result
         assert isinstance(result, Refused)
-        refill = yield Blocking(partial(keeper.refill, path, result.detail, need))
+        refill = yield TopUp(path, result.detail, need)
         if not refill.again:
             return Refused(-1, refill.reason, refill.detail, False, result.now_ms)
-        result = yield Reserve(coord.store, path, call_id, amounts, keyed)
+        result = yield Reserve(path, call_id, amounts, keyed)
     if grant_short(result):  # the grant keeps being taken elsewhere: refuse this call
         assert isinstance(result, Refused)
         return Refused(-1, "quota_exceeded", f"quota grant {result.detail}: could not be "

@@ -1,8 +1,8 @@
 """The I/O thread: one per store and process, it runs the Redis work of async callers off
 their event loop. Every reserve queued while it was busy goes out in one pipelined round
 trip (with the queued writes), so the reserves of concurrent coroutines overlap instead of
-queuing; other requests run one after another; the results of a batch reach each event
-loop in one wake-up."""
+queuing; other work (a function the async driver hands over: context/steps.py) runs one
+after another; the results of a batch reach each event loop in one wake-up."""
 
 from __future__ import annotations
 
@@ -15,11 +15,14 @@ from typing import Any
 
 from .errors import UNAVAILABLE
 from .health import BackendDown, is_stall
-from .requests import Blocking, Request, Reserve
+from .requests import Reserve
 from .resend import round_trip_resending
 from .tree import Store
 
 log = logging.getLogger("coordinator")
+
+Work = Reserve | Callable[[], Any]
+"""What the thread runs: a reserve (pipelined with the others queued), or a function."""
 
 
 class Item:
@@ -27,7 +30,7 @@ class Item:
 
     __slots__ = ("request", "loop", "fut", "started", "done", "skipped", "value", "error")
 
-    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, request: Work, loop: asyncio.AbstractEventLoop) -> None:
         self.request = request
         self.loop = loop
         self.fut: asyncio.Future[Any] = loop.create_future()
@@ -60,7 +63,7 @@ class IOThread:
         self._pid = 0
         self._closed = False
 
-    def submit(self, request: Request) -> Item:
+    def submit(self, request: Work) -> Item:
         """Queue ``request`` from a coroutine; await ``item.fut`` for its result. A
         request whose future is cancelled before it starts is skipped."""
         item = Item(request, asyncio.get_running_loop())
@@ -102,9 +105,9 @@ class IOThread:
                 self._reserve_all(reserves)
             self._deliver(batch)
 
-    def _run_one(self, item: Item, request: Blocking) -> None:
+    def _run_one(self, item: Item, fn: Callable[[], Any]) -> None:
         try:
-            item.value = request.fn()
+            item.value = fn()
         except BaseException as exc:  # noqa: BLE001 - the waiting caller gets it
             if is_stall(exc):
                 self._failed(exc, None)
@@ -158,7 +161,7 @@ class IOThread:
                 log.debug("dropping %d results for a closed event loop", len(items))
 
 
-def _key(store: Store, request: Request) -> str | None:
+def _key(store: Store, request: Work) -> str | None:
     """A key of the reserve's tree (the backend breaker finds its node by it)."""
     return store.ks.reservations(request.path.root) if isinstance(request, Reserve) else None
 

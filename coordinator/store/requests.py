@@ -1,48 +1,149 @@
-"""What a call's logic asks of the store: a reserve (which an I/O thread can pipeline with
-others) or any other work that may wait on Redis; and how a request runs in the caller's
-own thread."""
+"""What a call's steps ask of the store, as plain data: frozen values naming the work, never
+the store itself nor a closure. The executor (context/executor.py) maps each request to the
+Store call that answers it; the drivers (context/steps.py) run it in the caller's thread or
+on the I/O thread; a unit test answers it with a scripted reply (tests/unit/).
+
+A request whose ``waits`` is false only queues a write for the next round trip (the
+flusher sends it): it never waits on Redis, and the async driver runs it on the event
+loop."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.paths import Path
-from .tree import Held, Refused, Replayed, Store
+from .records import ReservationRecord
+from .tree import Stop
+
+Expired = Sequence[tuple[str, ReservationRecord]]
+"""Holds a reply found expired: (reservation or slice id, its record)."""
 
 
 @dataclass(frozen=True)
 class Reserve:
-    """Hold ``amounts`` at every level of ``path`` (see :meth:`Store.reserve`)."""
+    """Hold ``amounts`` at every level of ``path`` (:meth:`Store.reserve`). Reply:
+    ``Held``, ``Refused`` or ``Replayed``."""
 
-    store: Store
     path: Path
     reservation_id: str
     amounts: Sequence[str | int]
     keyed: bool
     resend: bool = True
     """Sent once more if the first attempt got no answer (the call has time for it)."""
+    waits: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
-class Blocking:
-    """Work that may wait on Redis (a round trip, a hook that reads Redis): it runs where
-    waiting is allowed (the caller's thread, or the I/O thread for async callers)."""
+class Finish:
+    """Settle (outcome ``ok``) or release (``error``, ``skip``) a reservation, with its
+    node record (or none); sent now, or queued (``write_behind``, or while the tree's
+    node is known down). Reply: :class:`Settled`."""
 
-    fn: Callable[[], Any]
+    path: Path
+    reservation_id: str
+    outcome: str
+    node: dict[str, Any] | None
+    amounts: Sequence[str | int]
+    write_behind: bool
+
+    @property
+    def waits(self) -> bool:
+        return not self.write_behind
 
 
-Request = Reserve | Blocking
+@dataclass(frozen=True)
+class Settled:
+    """A finish's reply: the levels it stopped (none when it went behind), and whether it
+    went behind (queued: the flusher sends it)."""
+
+    stops: list[Stop]
+    behind: bool
 
 
-def run_here(request: Request) -> Any:
-    """Run ``request`` in this thread and return its result."""
-    if isinstance(request, Reserve):
-        return reserve_now(request)
-    return request.fn()
+@dataclass(frozen=True)
+class Open:
+    """Open the context in Redis (it was unreachable when its handle was made); raises
+    like a reserve while Redis is away. Reply: None."""
+
+    ctx_id: str
+    waits: ClassVar[bool] = True
 
 
-def reserve_now(r: Reserve) -> Held | Refused | Replayed:
-    return r.store.reserve(r.path, r.reservation_id, r.amounts, keyed=r.keyed,
-                           resend=r.resend)
+@dataclass(frozen=True)
+class Flush:
+    """Send every queued write now (this process's settles on their way). Reply: None."""
+
+    waits: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class TopUp:
+    """Top up quota grant ``grant`` (reserve.lua's '<i> <why>') of ``path``'s tree so that
+    ``need`` (by quota dimension) fits (quotas/keeper.py). Reply: ``Refill``."""
+
+    path: Path
+    grant: str
+    need: dict[str, int]
+    waits: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class TakeSlice:
+    """Give lease slice ``owner``'s old slice back and take a new one, serving the call's
+    ``amounts`` from it (context/lease.py). Reply: (served, expired holds, stops)."""
+
+    owner: str
+    amounts: Sequence[str | int]
+    waits: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class WriteSlice:
+    """Write lease slice ``owner``'s batch now; with ``give_back``, return its rest too.
+    Reply: the stops it caused."""
+
+    owner: str
+    give_back: bool
+    waits: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Reap:
+    """Settle holds of ``path``'s tree found expired (their process stopped renewing
+    them): a reservation at its estimate, a slice's unflushed part (context/reaping.py).
+    Queued. Reply: None."""
+
+    path: Path
+    expired: Expired
+    waits: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Record a call refused before it ran: its node, counted on the context, and the
+    event once per reason. Queued. Reply: None."""
+
+    path: Path
+    reason: str
+    event: str
+    """The SafetyEvent's JSON."""
+    node: str
+    """The node record's JSON."""
+    waits: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Event:
+    """Append a SafetyEvent (JSON) to the context's event log; with ``once``, only if no
+    event was recorded for that key yet (event_once.lua). Queued. Reply: None."""
+
+    path: Path
+    event: str
+    once: str | None = None
+    waits: ClassVar[bool] = False
+
+
+StoreRequest = Reserve | Finish | Open | Flush | TopUp | TakeSlice | WriteSlice | Reap | \
+    Refusal | Event

@@ -21,7 +21,7 @@ from coordinator import (
 )
 from coordinator.core.keys import KeySpace
 from coordinator.embedded import RedisServer
-from coordinator.store.requests import Request
+from coordinator.store.io_thread import Work
 from tests.support.invariants import check_tree
 from tests.support.procs import TEST_KEYS
 from tests.support.stall import Pause
@@ -37,10 +37,10 @@ def _steps(coord: Coordinator, root: str) -> int:
 
 def test_async_calls_served_from_a_slice_send_no_store_request(
         coord: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
-    submitted: list[Request] = []
+    submitted: list[Work] = []
     submit = coord.io.submit
 
-    def counting(request: Request) -> Any:
+    def counting(request: Work) -> Any:
         submitted.append(request)
         return submit(request)
 
