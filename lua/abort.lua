@@ -14,16 +14,16 @@
 -- Returns {1} when this call stopped it; {0, reason} when it was already stopped or closed;
 --         {2, ms_left} when a timeout came early; {-1} when the context does not exist.
 
-local v = redis.call('HMGET', KEYS[1], 'status', 'reason', 'deadline')
+local v = redis.call('HMGET', ctx, 'status', 'reason', 'deadline')
 if not v[1] then return {AbortCode.MISSING} end
 if v[1] ~= Status.RUNNING then return {AbortCode.ALREADY, v[2] or v[1]} end
 local now = now_ms()
-if ARGV[1] == StopReason.TIMEOUT then
+if reason == StopReason.TIMEOUT then
   -- a corrupt deadline counts as passed (fail closed)
   local deadline = stored_num(v[3])
   if deadline ~= false and (deadline == nil or deadline == 0 or now < deadline) then
     return {AbortCode.EARLY, (deadline or 0) - now}
   end
 end
-stop_level(KEYS[1], KEYS[2], ARGV[5], ARGV[4], ARGV[3], ARGV[1], ARGV[2], now)
+stop_level(ctx, events, ctx_id, root, abort_channel, reason, detail, now)
 return {AbortCode.STOPPED}

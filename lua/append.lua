@@ -7,5 +7,5 @@
 --
 -- Returns 1.
 
-append_capped(KEYS[1], ARGV[1], ARGV[2])
+append_capped(events, cap, entry)
 return 1

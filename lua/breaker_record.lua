@@ -1,6 +1,6 @@
 -- breaker_record.lua: the outcome of a call that a circuit breaker let through.
 --
--- KEYS[1]  state  bc:{brk:<name>}:state  hash (see breaker_check.lua)
+-- KEYS[1]  breaker  bc:{brk:<name>}:state  hash (see breaker_check.lua)
 -- ARGV[1]  outcome  'success', 'failure', or 'release' (the probe was taken but the call never
 --          ran)
 -- ARGV[2]  threshold  failure threshold: consecutive failures that open a CLOSED breaker
@@ -16,17 +16,16 @@
 -- Returns {state, failures} after the update.
 
 local now = now_ms()
-local h = redis.call('HMGET', KEYS[1], 'state', 'failures', 'probe', 'past')
+local h = redis.call('HMGET', breaker, 'state', 'failures', 'probe', 'past')
 local state = h[1] or 'CLOSED'
 local failures = stored_num(h[2])
 if failures == false then  -- not a canonical integer (lib.lua): open from now, anew
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'state', 'OPEN', 'failures', 0, 'opened_ms', now)
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('DEL', breaker)
+  redis.call('HSET', breaker, 'state', 'OPEN', 'failures', 0, 'opened_ms', now)
+  redis.call('PEXPIRE', breaker, ttl_ms)
   return {'OPEN', 0}
 end
 failures = failures or 0
-local holder = ARGV[3]
 local current = state == 'HALF_OPEN' and holder ~= '' and h[3] == holder
 local lapsed = false
 if state == 'HALF_OPEN' and holder ~= '' and h[4] then
@@ -35,31 +34,30 @@ if state == 'HALF_OPEN' and holder ~= '' and h[4] then
   end
 end
 local is_probe = current or lapsed
-local outcome = ARGV[1]
 
 if outcome == 'release' then
-  if current then redis.call('HDEL', KEYS[1], 'probe', 'probe_until') end
+  if current then redis.call('HDEL', breaker, 'probe', 'probe_until') end
   return {state, failures}
 end
 if outcome == 'success' then
   if is_probe or (state == 'CLOSED' and failures > 0) then
     -- CLOSED with no failures is the absent hash: nothing stays behind for idle breakers
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', breaker)
     return {'CLOSED', 0}
   end
   return {state, failures}
 end
 if is_probe then
-  redis.call('HSET', KEYS[1], 'state', 'OPEN', 'opened_ms', now)
-  redis.call('HDEL', KEYS[1], 'probe', 'probe_until', 'past')
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('HSET', breaker, 'state', 'OPEN', 'opened_ms', now)
+  redis.call('HDEL', breaker, 'probe', 'probe_until', 'past')
+  redis.call('PEXPIRE', breaker, ttl_ms)
   return {'OPEN', failures}
 end
 if state ~= 'CLOSED' then return {state, failures} end
-failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
-if failures >= tonumber(ARGV[2]) then
+failures = redis.call('HINCRBY', breaker, 'failures', 1)
+if failures >= tonumber(threshold) then
   state = 'OPEN'
-  redis.call('HSET', KEYS[1], 'state', 'OPEN', 'opened_ms', now)
+  redis.call('HSET', breaker, 'state', 'OPEN', 'opened_ms', now)
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', breaker, ttl_ms)
 return {state, failures}

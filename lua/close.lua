@@ -19,7 +19,7 @@
 
 local FIELDS = {'status', 'id', 'request_id', 'deadline', 'u:usd', 'u:steps', 'u:tin', 'u:tout',
                 'h:tin', 'h:tout'}
-local values = redis.call('HMGET', KEYS[1], unpack(FIELDS))
+local values = redis.call('HMGET', ctx, unpack(FIELDS))
 local status = values[1]
 if not status then return {-1} end
 local h = {}
@@ -27,13 +27,13 @@ for i, field in ipairs(FIELDS) do h[field] = values[i] end
 local now = now_ms()
 local first = 1
 if status == Status.RUNNING then
-  redis.call('HSET', KEYS[1], 'status', Status.CLOSED, 'reason', StopReason.CLOSED,
+  redis.call('HSET', ctx, 'status', Status.CLOSED, 'reason', StopReason.CLOSED,
              'closed_ms', now)
   status = Status.CLOSED
 else
   -- A stopped context keeps its status; closed_ms marks it closed all the same (writes
   -- to its context data are refused from then on: data_lib.lua).
-  first = redis.call('HSETNX', KEYS[1], 'closed_ms', now)
+  first = redis.call('HSETNX', ctx, 'closed_ms', now)
 end
 
 -- the summary reports a corrupt number as 0 (a close never fails on it)
@@ -46,7 +46,7 @@ end
 -- A provider's counters (u:<provider>.tin, ...) are only written with tokens used or held,
 -- which the base counters count too: no need to look for them otherwise.
 if n('u:tin') + n('u:tout') + n('h:tin') + n('h:tout') > 0 then
-  local flat = redis.call('HGETALL', KEYS[1])
+  local flat = redis.call('HGETALL', ctx)
   for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 end
 local summary = tokens('')
@@ -65,7 +65,9 @@ local event = cjson.encode({
   request_id = h.request_id, ts = now, metadata = metadata,
   reason = 'closed after ' .. n('u:steps') .. ' steps, ' .. n('u:usd') .. ' micro-USD, ' ..
            summary.total .. ' tokens'})
-append_capped(KEYS[3], EVENT_STREAM_CAP, event)
+append_capped(events, EVENT_STREAM_CAP, event)
 
-for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[1])) end
+for _, key in ipairs({ctx, nodes, events, unpack(others)}) do
+  redis.call('EXPIRE', key, tonumber(retention_s))
+end
 return {1, status, n('u:usd'), first}

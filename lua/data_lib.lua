@@ -1,8 +1,8 @@
 -- data_lib.lua: helpers of the context-data scripts (coordinator/scripts.py prepends it,
 -- after lib.lua, to every data_*.lua script).
 --
--- It touches only keys the including script received in KEYS (KEYS[1] onwards, as that
--- script's contract states): from KEYS[first] on, a context's levels, 3 keys each, its
+-- It touches only keys the including script received in KEYS, as that script's contract
+-- states: a context's levels (the groups data, dmeta, dview of its slot prologue), its
 -- own level first, then its parent, up to the root:
 --   bc:{R}:data:<id>   hash  key -> JSON value (the context's own data)
 --   bc:{R}:dmeta:<id>  hash  iso (inherit | isolated | sandboxed; none = inherit), par,
@@ -13,8 +13,6 @@
 -- JSON is read by a small reader that keeps numbers, strings and object keys as the exact
 -- text Python wrote: a merged value loses no float digits and no large integer (cjson
 -- would round both), and an empty list stays a list (cjson cannot tell [] from {}).
-
-local DATA_STRIDE = 3
 
 -- HSET (or HDEL) of a flat list in slices: unpack() of more than a few thousand values
 -- fails ("too many results to unpack").
@@ -27,15 +25,15 @@ end
 -- The value of `key` as the context sees it, and the level it came from (0 = its own),
 -- or nil. Inherit goes on to the parent; isolated reads its frozen view and stops;
 -- sandboxed stops.
-local function data_lookup(first, nlevels, key)
-  for level = 0, nlevels - 1 do
-    local base = first + level * DATA_STRIDE
-    local v = redis.call('HGET', KEYS[base], key)
+local function data_lookup(levels, key)
+  for i, keys in ipairs(levels) do
+    local level = i - 1
+    local v = redis.call('HGET', keys.data, key)
     if v then return v, level end
-    local iso = redis.call('HGET', KEYS[base + 1], 'iso')
+    local iso = redis.call('HGET', keys.dmeta, 'iso')
     if iso == 'sandboxed' then return nil end
     if iso == 'isolated' then
-      v = redis.call('HGET', KEYS[base + 2], key)
+      v = redis.call('HGET', keys.dview, key)
       if v then return v, level + 1 end
       return nil
     end
@@ -45,15 +43,14 @@ end
 
 -- The hashes a context reads, nearest first: its own data, its ancestors' as far as the
 -- isolation levels allow, and the frozen view that ends an isolated walk.
-local function data_sources(first, nlevels)
+local function data_sources(levels)
   local out = {}
-  for level = 0, nlevels - 1 do
-    local base = first + level * DATA_STRIDE
-    out[#out + 1] = KEYS[base]
-    local iso = redis.call('HGET', KEYS[base + 1], 'iso')
+  for _, keys in ipairs(levels) do
+    out[#out + 1] = keys.data
+    local iso = redis.call('HGET', keys.dmeta, 'iso')
     if iso == 'sandboxed' then return out end
     if iso == 'isolated' then
-      out[#out + 1] = KEYS[base + 2]
+      out[#out + 1] = keys.dview
       return out
     end
   end
@@ -62,9 +59,9 @@ end
 
 -- Everything the context sees as a flat {key, JSON, ...} list, the nearest value of each
 -- key winning.
-local function data_visible(first, nlevels)
+local function data_visible(levels)
   local seen, flat_out = {}, {}
-  for _, hash in ipairs(data_sources(first, nlevels)) do
+  for _, hash in ipairs(data_sources(levels)) do
     local flat = redis.call('HGETALL', hash)
     for i = 1, #flat, 2 do
       if not seen[flat[i]] then

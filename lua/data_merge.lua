@@ -20,35 +20,30 @@
 --         key, bytes}, {0, 'too_large', 'context', bytes} or {0, 'state_corrupt', 'bytes',
 --         value} (the stored size is not a canonical integer: lib.lua, stored_num).
 
-local refusal = data_refusal(KEYS[1])
+local refusal = data_refusal(parent_ctx)
 if refusal then return {0, refusal} end
-local policy = ARGV[1]
-local max_value, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
-local keys = {}
-if #ARGV > 3 then
-  for i = 4, #ARGV do keys[#keys + 1] = ARGV[i] end
-else
-  keys = redis.call('HKEYS', KEYS[4])
-end
+local max_value, max_bytes = tonumber(max_value_bytes), tonumber(max_bytes)
+local keys = merged
+if #keys == 0 then keys = redis.call('HKEYS', child_data) end
 table.sort(keys)
-local stored = redis.call('HGET', KEYS[3], 'bytes')
+local stored = redis.call('HGET', parent_dmeta, 'bytes')
 local bytes = stored_num(stored)
 if bytes == false then return {0, StopReason.STATE_CORRUPT, 'bytes', string.sub(stored, 1, 40)} end
 bytes = bytes or 0
 local after = bytes
 local writes, changes = {}, {}
 for _, k in ipairs(keys) do
-  local cv = redis.call('HGET', KEYS[4], k)
+  local cv = redis.call('HGET', child_data, k)
   if cv then
-    local pv = redis.call('HGET', KEYS[2], k)
+    local pv = redis.call('HGET', parent_data, k)
     local nv, change = nil, nil
     if not pv then
       nv, change = cv, 'added'
     elseif policy == 'overwrite' then
       if pv ~= cv then nv, change = cv, 'overwritten' end
     elseif policy == 'merge' then
-      local merged = data_merge_text(pv, cv)
-      if merged ~= pv then nv, change = merged, 'merged' end
+      local joined = data_merge_text(pv, cv)
+      if joined ~= pv then nv, change = joined, 'merged' end
     end
     if nv then
       if #nv > max_value then return {0, 'too_large', 'value', k, #nv} end
@@ -61,9 +56,9 @@ for _, k in ipairs(keys) do
   end
 end
 if after > max_bytes and after > bytes then return {0, 'too_large', 'context', after} end
-data_call_chunked('HSET', KEYS[2], writes, 1000)
-redis.call('HSET', KEYS[3], 'bytes', after)
-local seq = redis.call('HINCRBY', KEYS[3], 'merges', 1)
+data_call_chunked('HSET', parent_data, writes, 1000)
+redis.call('HSET', parent_dmeta, 'bytes', after)
+local seq = redis.call('HINCRBY', parent_dmeta, 'merges', 1)
 local out = {1, seq, after}
 for _, x in ipairs(changes) do out[#out + 1] = x end
 return out

@@ -12,12 +12,10 @@
 -- frozen view of an isolated level counting one above it) or {0};
 -- for 'all' and 'local': {key, JSON, key, JSON, ...}.
 
-local nlevels = #KEYS / DATA_STRIDE
-local mode = ARGV[1]
 if mode == 'get' then
-  local v, level = data_lookup(1, nlevels, ARGV[2])
+  local v, level = data_lookup(levels, key)
   if v then return {1, v, level} end
   return {0}
 end
-if mode == 'local' then return redis.call('HGETALL', KEYS[1]) end
-return data_visible(1, nlevels)
+if mode == 'local' then return redis.call('HGETALL', levels[1].data) end
+return data_visible(levels)

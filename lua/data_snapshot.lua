@@ -12,13 +12,13 @@
 --    {view key, JSON, ...}}
 
 local out = {}
-for base = 1, #KEYS, 4 do
-  local ctx = redis.call('HMGET', KEYS[base], 'created_ms', 'meta')
-  local meta = redis.call('HGETALL', KEYS[base + 2])
-  local iso = redis.call('HGET', KEYS[base + 2], 'iso')
+for _, keys in ipairs(levels) do
+  local ctx = redis.call('HMGET', keys.ctx, 'created_ms', 'meta')
+  local meta = redis.call('HGETALL', keys.dmeta)
+  local iso = redis.call('HGET', keys.dmeta, 'iso')
   local view = {}
-  if iso == 'isolated' then view = redis.call('HGETALL', KEYS[base + 3]) end
-  out[#out + 1] = {ctx[1] or '0', ctx[2] or '{}', redis.call('HGETALL', KEYS[base + 1]),
+  if iso == 'isolated' then view = redis.call('HGETALL', keys.dview) end
+  out[#out + 1] = {ctx[1] or '0', ctx[2] or '{}', redis.call('HGETALL', keys.data),
                    meta, view}
   if iso == 'sandboxed' or iso == 'isolated' then break end
 end

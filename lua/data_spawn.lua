@@ -15,16 +15,15 @@
 --
 -- Returns {1, number of keys in the frozen view} or {0, 'missing'}.
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, StopReason.MISSING} end
-redis.call('HSET', KEYS[2], 'iso', ARGV[1], 'par', ARGV[2], 'step', ARGV[3])
-if ARGV[1] ~= 'isolated' then return {1, 0} end
-local view
-if ARGV[4] == 'freeze' then
-  view = data_visible(4, (#KEYS - 3) / DATA_STRIDE)
+if redis.call('EXISTS', ctx) == 0 then return {0, StopReason.MISSING} end
+redis.call('HSET', dmeta, 'iso', isolation, 'par', parallel, 'step', step)
+if isolation ~= 'isolated' then return {1, 0} end
+local frozen
+if view_mode == 'freeze' then
+  frozen = data_visible(parents)
 else
-  view = {}
-  for i = 5, #ARGV do view[#view + 1] = ARGV[i] end
+  frozen = flat_pairs(view, 'key', 'value')
 end
-redis.call('DEL', KEYS[3])
-data_call_chunked('HSET', KEYS[3], view, 1000)
-return {1, #view / 2}
+redis.call('DEL', dview)
+data_call_chunked('HSET', dview, frozen, 1000)
+return {1, #frozen / 2}

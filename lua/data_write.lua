@@ -14,36 +14,34 @@
 -- {0, 'too_large', bytes the data would have held} or {0, 'state_corrupt', 'bytes',
 -- value} when the stored size is not a canonical integer (lib.lua, stored_num).
 
-local refusal = data_refusal(KEYS[1])
+local refusal = data_refusal(ctx)
 if refusal then return {0, refusal} end
-local limit = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local stored = redis.call('HGET', KEYS[3], 'bytes')
+local limit = tonumber(max_bytes)
+local stored = redis.call('HGET', dmeta, 'bytes')
 local bytes = stored_num(stored)
 if bytes == false then return {0, StopReason.STATE_CORRUPT, 'bytes', string.sub(stored, 1, 40)} end
 bytes = bytes or 0
 local after = bytes
-local sets = {}
-for i = 3, 2 + 2 * n, 2 do
-  local k, v = ARGV[i], ARGV[i + 1]
-  if redis.call('HEXISTS', KEYS[2], k) == 1 then
-    after = after - redis.call('HSTRLEN', KEYS[2], k) + #v
+local writes = {}
+for _, set in ipairs(sets) do
+  local k, v = set.key, set.value
+  if redis.call('HEXISTS', data, k) == 1 then
+    after = after - redis.call('HSTRLEN', data, k) + #v
   else
     after = after + #k + #v
   end
-  sets[#sets + 1] = k
-  sets[#sets + 1] = v
+  writes[#writes + 1] = k
+  writes[#writes + 1] = v
 end
 local dels = {}
-for i = 3 + 2 * n, #ARGV do
-  local k = ARGV[i]
-  if redis.call('HEXISTS', KEYS[2], k) == 1 then
-    after = after - #k - redis.call('HSTRLEN', KEYS[2], k)
+for _, k in ipairs(deletes) do
+  if redis.call('HEXISTS', data, k) == 1 then
+    after = after - #k - redis.call('HSTRLEN', data, k)
     dels[#dels + 1] = k
   end
 end
 if after > limit and after > bytes then return {0, 'too_large', after} end
-data_call_chunked('HSET', KEYS[2], sets, 1000)
-data_call_chunked('HDEL', KEYS[2], dels, 1000)
-redis.call('HSET', KEYS[3], 'bytes', after)
+data_call_chunked('HSET', data, writes, 1000)
+data_call_chunked('HDEL', data, dels, 1000)
+redis.call('HSET', dmeta, 'bytes', after)
 return {1, after, #dels}

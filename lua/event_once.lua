@@ -12,8 +12,8 @@
 -- Returns 1 when the event was appended, 0 when the reason was already recorded. A
 -- context whose hash is gone (expired) gets the event without a mark.
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('HSETNX', KEYS[1], 'ev:' .. ARGV[1], 1) == 0 then return 0 end
+if redis.call('EXISTS', ctx) == 1 then
+  if redis.call('HSETNX', ctx, 'ev:' .. reason, 1) == 0 then return 0 end
 end
-append_capped(KEYS[2], ARGV[3], ARGV[2])
+append_capped(events, cap, event)
 return 1

@@ -38,16 +38,14 @@
 -- the batch was already applied; {3, level, 'state_corrupt', detail} when a counter on
 -- the path is corrupt (lib.lua finish): nothing was charged, the slice stays held.
 
-local returned = 'r:' .. ARGV[1]  -- in the finished ids once the slice was given back
-if ARGV[1] ~= '' and redis.call('ZSCORE', KEYS[#KEYS], returned) then
+local returned = 'r:' .. slice_id  -- in the finished ids once the slice was given back
+if slice_id ~= '' and redis.call('ZSCORE', fin, returned) then
   return {0}  -- a give-back sent again (its reply was lost): it was the slice's last batch
 end
-local n, m = tonumber(ARGV[8]), tonumber(ARGV[9])
-local actual = {}
-for i = 10 + n + m, #ARGV do actual[#actual + 1] = ARGV[i] end
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local rec, seq = nil, tonumber(ARGV[7])
-local part = {p = split(ARGV[6]), d = {}}
+local actual = flat_pairs(spent, 'dim', 'amount')
+local raw = redis.call('HGET', res, slice_id)
+local rec, seq = nil, tonumber(batch)
+local part = {p = split(path), d = {}}
 part.c = part.p[#part.p]
 if raw then
   rec = cjson.decode(raw)
@@ -55,14 +53,13 @@ if raw then
   if applied == false then  -- a corrupt record: finish stops its level, charges nothing
     part.d = {'b', rec.b}
   elseif (applied or 0) >= seq then
-    if ARGV[5] ~= '1' then return {0} end
+    if give_back ~= '1' then return {0} end
     actual = {}  -- only the return is left to do
   end
 end
 if rec then part.q = rec.q end  -- the slice's quota grants (quota_lib.lua)
-local slices = KEYS[#KEYS - 1]
 local covered = false  -- the slice was charged as used at its reclaim
-if not rec and redis.call('ZSCORE', KEYS[#KEYS], ARGV[1]) then
+if not rec and redis.call('ZSCORE', fin, slice_id) then
   -- its USD and tokens are on the books (the reclaim's node record carries them): only
   -- the calls' steps and retries, which the reclaim gave back, are counted now
   covered = true
@@ -77,8 +74,8 @@ if not rec and redis.call('ZSCORE', KEYS[#KEYS], ARGV[1]) then
 end
 local rest = {}
 if rec then
-  local spent = {}
-  for i = 1, #actual, 2 do spent[actual[i]] = (spent[actual[i]] or 0) + tonumber(actual[i + 1]) end
+  local by_dim = {}
+  for i = 1, #actual, 2 do by_dim[actual[i]] = (by_dim[actual[i]] or 0) + tonumber(actual[i + 1]) end
   for i = 1, #rec.d, 2 do
     local dim, held = rec.d[i], stored_num(rec.d[i + 1])
     if not held then  -- a corrupt record: finish stops its level and charges nothing
@@ -86,8 +83,8 @@ if rec then
       part.d[#part.d + 1] = rec.d[i + 1]
       held = 0
     end
-    local used = math.min(held, spent[dim] or 0)
-    if ARGV[5] == '1' then used = held end
+    local used = math.min(held, by_dim[dim] or 0)
+    if give_back == '1' then used = held end
     if used > 0 then
       part.d[#part.d + 1] = dim
       part.d[#part.d + 1] = used
@@ -100,34 +97,33 @@ if rec then
 end
 local ok, stopped = true, {}
 if #part.d > 0 or #actual > 0 then
-  ok, stopped = finish(part, 5, actual, false, false, ARGV[2], now_ms(), KEYS[4], ARGV[3])
+  ok, stopped = finish(part, levels, actual, false, false, abort_channel, now_ms(), ledger,
+                       ledger_channel)
 end
 if not ok then  -- a corrupt counter: nothing charged, its level stopped, the slice kept
   local out = {3}
   for _, x in ipairs(stopped) do out[#out + 1] = x end
   return out
 end
-local nodes_key, events_key = KEYS[3], KEYS[#KEYS - 2]
-for i = 10, 9 + n do
-  local record = ARGV[i]
+for _, record in ipairs(node_records) do
   if covered then  -- its cost is in the reclaim's record: the ledger equals the records
     record = string.gsub(record, '"cost_usd": [%d%.eE+-]+', '"cost_usd": 0.0', 1)
   end
-  append_capped(nodes_key, ARGV[4], record)
-  count_call(level_keys(5, #part.p), node_record(record))
+  append_capped(nodes, node_cap, record)
+  count_call(context_keys(levels, #part.p), node_record(record))
 end
-for i = 10 + n, 9 + n + m do
-  append_capped(events_key, EVENT_STREAM_CAP, ARGV[i])
+for _, event in ipairs(events) do
+  append_capped(levels[#levels].events, EVENT_STREAM_CAP, event)
 end
 if rec then
-  if ARGV[5] == '1' then
-    redis.call('HDEL', KEYS[1], ARGV[1])
-    redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('SREM', slices, ARGV[1])
-    redis.call('ZADD', KEYS[#KEYS], now_ms(), returned)
+  if give_back == '1' then
+    redis.call('HDEL', res, slice_id)
+    redis.call('ZREM', leases, slice_id)
+    redis.call('SREM', slices, slice_id)
+    redis.call('ZADD', fin, now_ms(), returned)
   else
     rec.d, rec.b = rest, seq
-    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
+    redis.call('HSET', res, slice_id, cjson.encode(rec))
   end
 end
 local out = {1}

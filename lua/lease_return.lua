@@ -28,11 +28,10 @@
 -- Returns 1 when the slice was reclaimed, 0 when it was already gone (or a counter on its
 -- path is corrupt: lib.lua finish stops that level and the slice stays held).
 
-local slices, fin = KEYS[#KEYS - 1], KEYS[#KEYS]
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local raw = redis.call('HGET', res, slice_id)
 if not raw then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('SREM', slices, ARGV[1])
+  redis.call('ZREM', leases, slice_id)
+  redis.call('SREM', slices, slice_id)
   return 0
 end
 local rec = cjson.decode(raw)
@@ -51,25 +50,25 @@ for i = 1, #rec.d, 2 do
 end
 local charge = unflushed
 if returns then charge = {} end
-local ok = finish(rec, 5, charge, false, false, ARGV[4], now, KEYS[4], ARGV[5])
+local ok = finish(rec, levels, charge, false, false, abort_channel, now, ledger, ledger_channel)
 if not ok then return 0 end  -- a corrupt counter: its level is stopped, the slice stays
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('SREM', slices, ARGV[1])
-if not returns then redis.call('ZADD', fin, now, ARGV[1]) end
-local node = cjson.decode(ARGV[2])
-node.cost_usd = 0
-if not returns then node.cost_usd = (shown.usd or 0) / 1000000 end
-append_capped(KEYS[3], ARGV[3], cjson.encode(node))
+redis.call('HDEL', res, slice_id)
+redis.call('ZREM', leases, slice_id)
+redis.call('SREM', slices, slice_id)
+if not returns then redis.call('ZADD', fin, now, slice_id) end
+local record = cjson.decode(node)
+record.cost_usd = 0
+if not returns then record.cost_usd = (shown.usd or 0) / 1000000 end
+append_capped(nodes, node_cap, cjson.encode(record))
 local usd = amount_text('usd', shown.usd or 0)
-local detail = 'slice ' .. ARGV[1] .. ' expired (its process stopped renewing it): ' .. usd
+local detail = 'slice ' .. slice_id .. ' expired (its process stopped renewing it): ' .. usd
 if returns then detail = detail .. ' not flushed returned (return_on_expiry)'
 else detail = detail .. ' not flushed charged as used' end
-local metadata = {chain_id = rec.c, slice_id = ARGV[1]}
+local metadata = {chain_id = rec.c, slice_id = slice_id}
 if next(shown) then
   if returns then metadata.returned = shown else metadata.charged = shown end
 end
 local event = cjson.encode({event_type = 'slice_expired', decision = 'ALLOW', hook = HOOK,
                             reason = detail, ts = now, metadata = metadata})
-append_capped(KEYS[#KEYS - 2], EVENT_STREAM_CAP, event)
+append_capped(levels[#levels].events, EVENT_STREAM_CAP, event)
 return 1

@@ -37,13 +37,13 @@
 --         {0, now_ms, reason} when refused.
 
 local now = now_ms()
-local ids = split(ARGV[3])
-local divisor = tonumber(ARGV[4])
+local ids = split(path)
+local divisor = tonumber(share_divisor)
 local dims, want, least = {}, {}, {}
-for i = 8, #ARGV, 3 do
-  dims[#dims + 1] = ARGV[i]
-  want[#want + 1] = tonumber(ARGV[i + 1])
-  least[#least + 1] = tonumber(ARGV[i + 2])
+for _, w in ipairs(wants) do
+  dims[#dims + 1] = w.dim
+  want[#want + 1] = tonumber(w.amount)
+  least[#least + 1] = tonumber(w.least)
 end
 local totals = token_totals(dims)
 -- a token total limits the counters of both its directions: read those not asked for too
@@ -57,16 +57,15 @@ end
 -- the root's number of quota buckets (q) is read at every level
 local shape = level_shape({'status', 'deadline', 'q'}, read_dims, totals)
 
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[5])
-redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]))
-local share = 1 / (divisor * redis.call('ZCARD', KEYS[4]))
+redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now)
+redis.call('ZADD', lessees, now + tonumber(owner_ms), owner)
+redis.call('PEXPIRE', lessees, tonumber(owner_ms))
+local share = 1 / (divisor * redis.call('ZCARD', lessees))
 local grant = {}
 for j = 1, #dims do grant[j] = want[j] end
-local levels = #KEYS - 4
 local read = {}
-for lv = 1, levels do
-  local level = read_level(KEYS[lv + 4], shape)
+for lv = 1, #levels do
+  local level = read_level(levels[lv], shape)
   if level.status ~= Status.RUNNING then return {0, now, 'not running'} end
   -- a corrupt field refuses the slice: the strict reserve that follows stops the level
   -- (state_corrupt, lib.lua)
@@ -100,7 +99,7 @@ local qst = nil
 local nq = read[1].q
 if nq > 0 then
   local why
-  qst, why = quota_state(KEYS[5], nq, now)
+  qst, why = quota_state(levels[1], nq, now)
   if not qst then return {0, now, 'quota ' .. why} end
   for _, d in ipairs(QUOTA_DIMS) do
     if qst.left[d] and qst.left[d] <= 0 then return {0, now, 'quota ' .. qst.short[d] .. ' used up'} end
@@ -117,7 +116,7 @@ end
 
 -- Every level can spare it: hold the grant everywhere (one HSET per level).
 local held = held_pairs(dims, grant)
-for lv = 1, levels do
+for lv = 1, #levels do
   local set = {}
   for j, d in ipairs(dims) do
     if grant[j] > 0 then
@@ -131,17 +130,17 @@ for lv = 1, levels do
     for j, d in ipairs(dims) do got[d] = grant[j] end
     quota_holds(qst, quota_amounts(function(d) return got[d] or 0 end), set)
   end
-  if #set > 0 then redis.call('HSET', KEYS[lv + 4], unpack(set)) end
+  if #set > 0 then redis.call('HSET', levels[lv], unpack(set)) end
 end
 local rec = new_reservation(ids, held, false)
 rec.s = 1
-if ARGV[7] == '1' then rec.r = 1 end
+if return_on_expiry == '1' then rec.r = 1 end
 -- The root's quota grants (quota_lib.lua quota_state) cap the slice like a level's room,
 -- and hold it too; a grant that cannot spare the least amount refuses the slice.
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('HSET', res, slice_id, cjson.encode(rec))
+redis.call('ZADD', leases, now + tonumber(lease_ms), slice_id)
+redis.call('SADD', slices, slice_id)
 
 local out = {1, now, #held / 2}
 for _, x in ipairs(held) do out[#out + 1] = x end
-return append_expired(out, KEYS[1], KEYS[2], now)
+return append_expired(out, res, leases, now)

@@ -135,6 +135,17 @@ local function split(csv)
   return out
 end
 
+-- A run of pairs (a list of groups, as the slot prologue binds them) as the flat list
+-- {g[first], g[second], ...} that reservation records and finish use.
+local function flat_pairs(groups, first, second)
+  local out = {}
+  for _, g in ipairs(groups) do
+    out[#out + 1] = g[first]
+    out[#out + 1] = g[second]
+  end
+  return out
+end
+
 -- Marks a running context stopped, appends the SafetyEvent to its event list (marking
 -- the reason recorded: ev:<reason>, see event_once.lua) and broadcasts the stop. Returns
 -- true if this call stopped it. The channel is a pub/sub channel, not a key.
@@ -276,10 +287,10 @@ local quota_finish
 -- (state_corrupt); a corrupt limit still takes the charge and stops its level.
 -- Returns ok (false: nothing was written but those stops) and {level, reason, detail, ...}
 -- of the levels this call stopped.
--- KEYS[first + 2(i-1)] and the key after it are the context hash and the event list
--- of rec.p[i]. When tokens were consumed, a TokenLedgerUpdated event is appended to the
--- tree's ledger stream and published on the ledger channel.
-local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
+-- levels[i].ctx and levels[i].events are the context hash and the event list of rec.p[i].
+-- When tokens were consumed, a TokenLedgerUpdated event is appended to the tree's ledger
+-- stream and published on the ledger channel.
+local function finish(rec, levels, actual, step, retry, channel, now, ledger_key,
                       ledger_channel)
   local dims, dheld, dused = {}, {}, {}
   local function touch(d)
@@ -317,7 +328,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   local caller_used = {}
   local plan, broken = {}, {}
   for lv = 1, #rec.p do
-    local key = KEYS[first + 2 * (lv - 1)]
+    local key = levels[lv].ctx
     local level = read_level(key, shape)
     local why = level.why
     local set, hit, used, bad = {}, nil, {}, nil
@@ -356,7 +367,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
     end
     if bad then broken[#broken + 1] = {lv, bad} end
     if lv == #rec.p then caller_used = used end
-    plan[lv] = {key = key, events = KEYS[first + 2 * (lv - 1) + 1], set = set, hit = hit}
+    plan[lv] = {key = key, events = levels[lv].events, set = set, hit = hit}
   end
   if bad_record then broken[#broken + 1] = {#rec.p, bad_record} end
   local stopped = {}
@@ -382,7 +393,7 @@ local function finish(rec, first, actual, step, retry, channel, now, ledger_key,
   return true, stopped
 end
 
--- Finished reservation ids (KEYS[#KEYS - 1], a zset by Redis ms), so that a settle
+-- Finished reservation ids (the fin key, a zset by Redis ms), so that a settle
 -- repeated (a write-behind retry, a reply lost in a failover) changes nothing. An id is
 -- kept FINISHED_FLOOR_MS at least, at most FINISHED_KEEP_MS, and past the floor only
 -- among the FINISHED_CAP latest: a busy tree's set stays small. A repeat that may come
@@ -399,12 +410,12 @@ local FINISHED_TRIM_EVERY = 16
 -- How long the record of a settle whose tree does not exist here is kept (7 days).
 local ORPHAN_RECORD_KEEP_S = 604800
 
--- The ids of the path whose context hashes are the KEYS first, first + 2, ..., read from
--- the hashes themselves (a settle whose reservation is not here); nil when one is missing.
-local function path_from_keys(first, levels)
+-- The ids of the path whose levels (groups of ctx, events keys) are given, read from the
+-- hashes themselves (a settle whose reservation is not here); nil when one is missing.
+local function path_from_levels(levels)
   local ids = {}
-  for lv = 1, levels do
-    local id = redis.call('HGET', KEYS[first + 2 * (lv - 1)], 'id')
+  for lv = 1, #levels do
+    local id = redis.call('HGET', levels[lv].ctx, 'id')
     if not id then return nil end
     ids[lv] = id
   end
@@ -467,21 +478,22 @@ local function count_call(keys, node)
   end
 end
 
--- The context hash keys of a path of levels whose keys come in pairs from KEYS[first].
-local function level_keys(first, levels)
+-- The context hash keys of the first n levels (groups of ctx, events keys).
+local function context_keys(levels, n)
   local keys = {}
-  for lv = 1, levels do keys[lv] = KEYS[first + 2 * (lv - 1)] end
+  for lv = 1, n do keys[lv] = levels[lv].ctx end
   return keys
 end
 
--- Adds a call's micro-USD (its 'usd' amount) to the tree's spend by model (key), field
--- '<provider>|<model>' of its node record ('-' for a part not named); a call naming
--- neither adds nothing (the close counts what no field holds as 'unknown'). A corrupt
--- field stays as it is (pcall: never a script error after the charge was written).
+-- Adds a call's micro-USD (its 'usd' amount; amounts: groups of dim, amount) to the
+-- tree's spend by model (key), field '<provider>|<model>' of its node record ('-' for a
+-- part not named); a call naming neither adds nothing (the close counts what no field
+-- holds as 'unknown'). A corrupt field stays as it is (pcall: never a script error after
+-- the charge was written).
 local function count_model(key, node, amounts)
   local usd = 0
-  for i = 1, #amounts, 2 do
-    if amounts[i] == 'usd' then usd = tonumber(amounts[i + 1]) end
+  for _, a in ipairs(amounts) do
+    if a.dim == 'usd' then usd = tonumber(a.amount) end
   end
   if usd <= 0 then return end
   local provider, model = text_field(node, 'provider'), text_field(node, 'model')
@@ -512,26 +524,26 @@ local function remembered(outcome, node)
   return outcome
 end
 
--- The body of settle.lua and release.lua (their KEYS/ARGV layout): take the open
--- reservation ARGV[1], remember that it finished (and a keyed one's outcome), finish it
--- with the amounts in ARGV[late_at + 1..], append the node record, and return
--- {1, level, reason, detail, ...} for the levels it stopped. An id that already finished
--- returns {0} and changes nothing. An id never held here (lost in a failover) is charged
--- to the path in KEYS all the same: {4, level, reason, detail, ...}; {5} when that path
--- does not exist here either (recorded, not charged). {3, level, 'state_corrupt', detail}:
--- a counter on the path is corrupt, nothing was charged, the reservation stays held with
--- this finish kept in its record (f = {outcome, node, amounts}): the reaper and a repair
--- (budgetctl repair) charge it as it was asked, once.
--- ARGV[late_at] '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
+-- The body of settle.lua and release.lua: take the open reservation call.id, remember
+-- that it finished (and a keyed one's outcome), finish it with call.amounts (groups of
+-- dim, amount), append the node record, and return {1, level, reason, detail, ...} for
+-- the levels it stopped. An id that already finished returns {0} and changes nothing. An
+-- id never held here (lost in a failover) is charged to the path of keys.levels all the
+-- same: {4, level, reason, detail, ...}; {5} when that path does not exist here either
+-- (recorded, not charged). {3, level, 'state_corrupt', detail}: a counter on the path is
+-- corrupt, nothing was charged, the reservation stays held with this finish kept in its
+-- record (f = {outcome, node, amounts}): the reaper and a repair (budgetctl repair)
+-- charge it as it was asked, once.
+-- keys: res, leases, nodes, ledger, levels, fin, done, bymodel (the scripts' KEYS);
+-- call: id, abort_channel, node, node_cap, ledger_channel, late, amounts (their ARGV).
+-- call.late '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
 -- returns {0} with a SettleLate event on the ledger, and charges nothing.
-local function close_reservation(outcome, step, retry, late_at)
-  local first, id = 5, ARGV[1]
-  local finished, done = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
-  local amounts = {}
-  for i = late_at + 1, #ARGV do amounts[#amounts + 1] = ARGV[i] end
+local function close_reservation(outcome, step, retry, keys, call)
+  local id, finished, done = call.id, keys.fin, keys.done
+  local amounts = flat_pairs(call.amounts, 'dim', 'amount')
   local now = now_ms()
   local code = FinishCode.FINISHED
-  local rec = redis.call('HGET', KEYS[1], id)
+  local rec = redis.call('HGET', keys.res, id)
   if rec then
     rec = cjson.decode(rec)
   else
@@ -542,40 +554,43 @@ local function close_reservation(outcome, step, retry, late_at)
       redis.call('ZADD', finished, now, id)
       return {FinishCode.ALREADY}
     end
-    if ARGV[late_at] == '1' then  -- finished long ago (its id trimmed): not charged again
+    if call.late == '1' then  -- finished long ago (its id trimmed): not charged again
       local event = cjson.encode({type = 'SettleLate', reservation_id = id, ts = now})
-      redis.call('XADD', KEYS[4], 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
+      redis.call('XADD', keys.ledger, 'MAXLEN', '~', EVENT_STREAM_CAP, '*', 'e', event)
       return {FinishCode.ALREADY}
     end
-    local ids = path_from_keys(first, (#KEYS - first - 2) / 2)
+    local ids = path_from_levels(keys.levels)
     if ids == nil then
       -- the tree is gone here: its ledger stream keeps the record a week, not forever
-      local fresh = redis.call('EXISTS', KEYS[4]) == 0
-      orphan_event(id, nil, false, amounts, now, KEYS[4], ARGV[5])
-      if fresh then redis.call('EXPIRE', KEYS[4], ORPHAN_RECORD_KEEP_S) end
+      local fresh = redis.call('EXISTS', keys.ledger) == 0
+      orphan_event(id, nil, false, amounts, now, keys.ledger, call.ledger_channel)
+      if fresh then redis.call('EXPIRE', keys.ledger, ORPHAN_RECORD_KEEP_S) end
       return {FinishCode.ORPHAN_RECORDED}
     end
     rec, code = new_reservation(ids, {}, false), FinishCode.ORPHAN_CHARGED
   end
-  local ok, stopped = finish(rec, first, amounts, step, retry, ARGV[2], now, KEYS[4], ARGV[5])
+  local ok, stopped = finish(rec, keys.levels, amounts, step, retry, call.abort_channel, now,
+                             keys.ledger, call.ledger_channel)
   if not ok then
     if code == FinishCode.FINISHED and rec.f == nil then
-      rec.f = {outcome, ARGV[3], amounts}
-      redis.call('HSET', KEYS[1], id, cjson.encode(rec))
+      rec.f = {outcome, call.node, amounts}
+      redis.call('HSET', keys.res, id, cjson.encode(rec))
     end
     code = FinishCode.CORRUPT
   else
-    redis.call('HDEL', KEYS[1], id)
-    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', keys.res, id)
+    redis.call('ZREM', keys.leases, id)
     redis.call('ZADD', finished, now, id)
     if now % FINISHED_TRIM_EVERY == 0 then trim_finished(finished, now) end
-    local node = ARGV[3] ~= '' and node_record(ARGV[3]) or {}
+    local node = call.node ~= '' and node_record(call.node) or {}
     if rec.k then redis.call('HSET', done, id, remembered(outcome, node)) end
-    if code == FinishCode.ORPHAN_CHARGED then orphan_event(id, rec.p, true, amounts, now, KEYS[4], ARGV[5]) end
-    if ARGV[3] ~= '' then
-      append_capped(KEYS[3], ARGV[4], ARGV[3])
-      count_call(level_keys(first, #rec.p), node)
-      count_model(KEYS[#KEYS], node, amounts)
+    if code == FinishCode.ORPHAN_CHARGED then
+      orphan_event(id, rec.p, true, amounts, now, keys.ledger, call.ledger_channel)
+    end
+    if call.node ~= '' then
+      append_capped(keys.nodes, call.node_cap, call.node)
+      count_call(context_keys(keys.levels, #rec.p), node)
+      count_model(keys.bymodel, node, call.amounts)
     end
   end
   local out = {code}

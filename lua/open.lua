@@ -38,28 +38,25 @@
 --         {0, 'exists', closed} (closed: 1 when that context is closed, else 0),
 --         {0, 'missing', ancestor id} or {0, 'bad_path', ancestor id}.
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local held = redis.call('HMGET', KEYS[1], 'status', 'closed_ms')
+if redis.call('EXISTS', ctx) == 1 then
+  local held = redis.call('HMGET', ctx, 'status', 'closed_ms')
   return {0, 'exists', (held[1] == Status.CLOSED or held[2]) and 1 or 0}
 end
 local now = now_ms()
-local nanc = #KEYS - 2
-local ids = split(ARGV[3])
+local ids = split(path)
 
 local deadline = 0
 local function tighten(d)
   d = tonumber(d or '0')
   if d > 0 and (deadline == 0 or d < deadline) then deadline = d end
 end
-if tonumber(ARGV[7]) > 0 then tighten(now + tonumber(ARGV[7])) end
-tighten(ARGV[8])
+if tonumber(timeout_ms) > 0 then tighten(now + tonumber(timeout_ms)) end
+tighten(deadline_ms)
 -- One HMGET per ancestor: its status, place and deadline, and for every requested
 -- dimension its limit and the used and held amounts it limits (a token total limits the
 -- sum of its two directions).
-local extra = tonumber(ARGV[9])
-local triples = 10 + 2 * extra
 local dims = {}
-for i = triples, #ARGV, 3 do dims[#dims + 1] = ARGV[i] end
+for _, l in ipairs(limits) do dims[#dims + 1] = l.dim end
 local wanted = {'status', 'mid', 'path', 'reason', 'deadline'}
 local counted = {}   -- dim -> the dimensions whose counters it limits
 for _, d in ipairs(dims) do
@@ -78,8 +75,8 @@ end
 local above = {}     -- dim -> least (limit - used - held) over the ancestors, if any
 local parent = {}    -- dim -> the parent's limit
 local stop_reason, stopped_by = '', ''
-for a = 1, nanc do
-  local v = redis.call('HMGET', KEYS[a + 2], unpack(wanted))
+for a = 1, #ancestors do
+  local v = redis.call('HMGET', ancestors[a], unpack(wanted))
   local h = {}
   for i, f in ipairs(wanted) do h[f] = v[i] end
   if not h.status then return {0, StopReason.MISSING, ids[a]} end
@@ -111,7 +108,7 @@ for a = 1, nanc do
       end
       if left < 0 then left = 0 end
       if above[d] == nil or left < above[d] then above[d] = left end
-      if a == nanc then parent[d] = lim end
+      if a == #ancestors then parent[d] = lim end
     end
     if corrupt then above[d], parent[d] = 0, 0 end
   end
@@ -119,16 +116,19 @@ for a = 1, nanc do
 end
 if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = StopReason.TIMEOUT end
 
-local fields = {'id', ARGV[1], 'parent', ARGV[2], 'root', ids[1],
-                'mid', table.concat(ids, ',', 2, #ids - 1),
-                'depth', #ids - 1, 'status', Status.RUNNING, 'created_ms', now,
-                'deadline', deadline, 'meta', ARGV[5], 'config', ARGV[6],
-                'request_id', ARGV[4]}
+local hash = {'id', ctx_id, 'parent', parent_id, 'root', ids[1],
+              'mid', table.concat(ids, ',', 2, #ids - 1),
+              'depth', #ids - 1, 'status', Status.RUNNING, 'created_ms', now,
+              'deadline', deadline, 'meta', meta, 'config', requested,
+              'request_id', request_id}
 local clamped = {}
 local effective = {usd = -1, steps = -1, retries = -1}
-for i = 10, 9 + 2 * extra do fields[#fields + 1] = ARGV[i] end
-for i = triples, #ARGV, 3 do
-  local dim, mode, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+for _, f in ipairs(fields) do
+  hash[#hash + 1] = f.field
+  hash[#hash + 1] = f.value
+end
+for _, l in ipairs(limits) do
+  local dim, mode, value = l.dim, l.mode, tonumber(l.value)
   local limit = nil
   if mode == 'parent' then
     limit = parent[dim] or value
@@ -148,14 +148,14 @@ for i = triples, #ARGV, 3 do
   end
   if limit ~= nil then
     if effective[dim] then effective[dim] = limit end
-    fields[#fields + 1] = 'l:' .. dim
-    fields[#fields + 1] = limit
+    hash[#hash + 1] = 'l:' .. dim
+    hash[#hash + 1] = limit
   end
 end
 local clamped_csv = table.concat(clamped, ',')
-fields[#fields + 1] = 'clamped'
-fields[#fields + 1] = clamped_csv
-redis.call('HSET', KEYS[1], unpack(fields))
-if ARGV[2] ~= '' then redis.call('SADD', KEYS[2], ARGV[1]) end
+hash[#hash + 1] = 'clamped'
+hash[#hash + 1] = clamped_csv
+redis.call('HSET', ctx, unpack(hash))
+if parent_id ~= '' then redis.call('SADD', kids, ctx_id) end
 return {1, deadline, now, clamped_csv, effective.usd, effective.steps, effective.retries,
         stop_reason, stopped_by}

@@ -25,21 +25,20 @@
 -- the level stopped); {1, level, reason, detail, ...} otherwise, with the levels this
 -- charge stopped.
 
-local ids = split(ARGV[2])
+local ids = split(path)
 for lv = 1, #ids do
-  if redis.call('EXISTS', KEYS[2 + 2 * lv]) == 0 then return {-1, lv} end
+  if redis.call('EXISTS', levels[lv].ctx) == 0 then return {-1, lv} end
 end
-if redis.call('HSETNX', KEYS[1], 'p:' .. ARGV[1], 'propagated') == 0 then return {0} end
-local amounts = {}
-for i = 7, #ARGV do amounts[#amounts + 1] = ARGV[i] end
+if redis.call('HSETNX', done, 'p:' .. charge_id, 'propagated') == 0 then return {0} end
 local rec = new_reservation(ids, {}, false)
-local ok, stopped = finish(rec, 4, amounts, false, false, ARGV[3], now_ms(), KEYS[3], ARGV[4])
+local ok, stopped = finish(rec, levels, flat_pairs(amounts, 'dim', 'amount'), false, false,
+                           abort_channel, now_ms(), ledger, ledger_channel)
 local out = {3}
 if ok then
-  append_capped(KEYS[2], ARGV[6], ARGV[5])
+  append_capped(nodes, node_cap, node)
   out = {1}
 else
-  redis.call('HDEL', KEYS[1], 'p:' .. ARGV[1])  -- not applied: a later send may apply it
+  redis.call('HDEL', done, 'p:' .. charge_id)  -- not applied: a later send may apply it
 end
 for _, x in ipairs(stopped) do out[#out + 1] = x end
 return out

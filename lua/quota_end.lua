@@ -13,18 +13,18 @@
 -- the grant is not a number, or the grant ended here before and is older than the last
 -- one ended): quota_settle.lua then charges the whole grant.
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
-local p = 'q' .. ARGV[1] .. ':'
+if redis.call('EXISTS', root) == 0 then return {2} end
+local p = 'q' .. index .. ':'
 -- whatever this finds, the grant can never start (again) in this tree
-local seen = redis.call('HSETNX', KEYS[1], p .. 'x:' .. ARGV[2], 1) == 0
+local seen = redis.call('HSETNX', root, p .. 'x:' .. grant_id, 1) == 0
 local dims = {'usd', 'calls', 'tok'}
 local out = {1}
-local cur = redis.call('HGET', KEYS[1], p .. 'g')
-if cur == ARGV[2] and cur ~= '' and cur ~= '-' then
+local cur = redis.call('HGET', root, p .. 'g')
+if cur == grant_id and cur ~= '' and cur ~= '-' then
   local set = {p .. 'g', '', p .. 'eg', cur}
   local corrupt = false
   for _, d in ipairs(dims) do
-    local v = redis.call('HMGET', KEYS[1], p .. 'u:' .. d, p .. 'h:' .. d)
+    local v = redis.call('HMGET', root, p .. 'u:' .. d, p .. 'h:' .. d)
     local u, h = stored_num(v[1]), stored_num(v[2])
     corrupt = corrupt or u == false or h == false
     local used = (u or 0) + (h or 0)
@@ -32,17 +32,17 @@ if cur == ARGV[2] and cur ~= '' and cur ~= '-' then
     out[#out + 1] = used
     set[#set + 1] = p .. 'ec:' .. d
     set[#set + 1] = used
-    redis.call('HDEL', KEYS[1], p .. 'l:' .. d)
+    redis.call('HDEL', root, p .. 'l:' .. d)
   end
-  redis.call('HSET', KEYS[1], unpack(set))
+  redis.call('HSET', root, unpack(set))
   if corrupt then return {2} end  -- a counter that is not a number: charge the grant
   return out
 end
-local replay = redis.call('HGET', KEYS[1], p .. 'eg') == ARGV[2]
+local replay = redis.call('HGET', root, p .. 'eg') == grant_id
 if seen and not replay then return {2} end
 for _, d in ipairs(dims) do
   out[#out + 1] = d
   -- a grant never started here (its take was not applied yet) consumed nothing
-  out[#out + 1] = replay and stored_num(redis.call('HGET', KEYS[1], p .. 'ec:' .. d)) or 0
+  out[#out + 1] = replay and stored_num(redis.call('HGET', root, p .. 'ec:' .. d)) or 0
 end
 return out

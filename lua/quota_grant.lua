@@ -15,34 +15,34 @@
 -- another live grant (end it first: quota_end.lua); {0, 'ended', grant_id} that grant
 -- was ended already (quota_end.lua leaves q<i>:x:<grant id>).
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 'gone'} end
-local p = 'q' .. ARGV[1] .. ':'
-local cur = redis.call('HGET', KEYS[1], p .. 'g')
+if redis.call('EXISTS', root) == 0 then return {0, 'gone'} end
+local p = 'q' .. index .. ':'
+local cur = redis.call('HGET', root, p .. 'g')
 local dims = {'usd', 'calls', 'tok'}
-if cur == ARGV[2] then
-  for i = 5, #ARGV, 2 do
-    local l = stored_num(redis.call('HGET', KEYS[1], p .. 'l:' .. ARGV[i])) or 0
-    redis.call('HSET', KEYS[1], p .. 'l:' .. ARGV[i], math.max(l, tonumber(ARGV[i + 1])))
+if cur == grant_id then
+  for _, a in ipairs(amounts) do
+    local l = stored_num(redis.call('HGET', root, p .. 'l:' .. a.dim)) or 0
+    redis.call('HSET', root, p .. 'l:' .. a.dim, math.max(l, tonumber(a.granted)))
   end
   return {1}
 end
 if cur and cur ~= '' then return {0, 'other', cur} end
 -- a grant once ended never starts again (a late apply of its take would spend a grant
 -- its bucket already settled)
-if redis.call('HEXISTS', KEYS[1], p .. 'x:' .. ARGV[2]) == 1 then
-  return {0, 'ended', ARGV[2]}
+if redis.call('HEXISTS', root, p .. 'x:' .. grant_id) == 1 then
+  return {0, 'ended', grant_id}
 end
-for _, d in ipairs(dims) do redis.call('HDEL', KEYS[1], p .. 'l:' .. d) end
-local set = {p .. 'g', ARGV[2], p .. 'w', ARGV[3], p .. 'end', ARGV[4]}
+for _, d in ipairs(dims) do redis.call('HDEL', root, p .. 'l:' .. d) end
+local set = {p .. 'g', grant_id, p .. 'w', window, p .. 'end', end_ms}
 for _, d in ipairs(dims) do
   set[#set + 1] = p .. 'u:' .. d
   set[#set + 1] = 0
   set[#set + 1] = p .. 'h:' .. d
   set[#set + 1] = 0
 end
-for i = 5, #ARGV, 2 do
-  set[#set + 1] = p .. 'l:' .. ARGV[i]
-  set[#set + 1] = ARGV[i + 1]
+for _, a in ipairs(amounts) do
+  set[#set + 1] = p .. 'l:' .. a.dim
+  set[#set + 1] = a.granted
 end
-redis.call('HSET', KEYS[1], unpack(set))
+redis.call('HSET', root, unpack(set))
 return {1}

@@ -6,7 +6,7 @@
 -- KEYS[2]  grants  bc:{qr:<rule>}:grants   hash  member -> grant record (JSON)
 -- KEYS[3..] buckets{bucket}  per grant below: bc:{qr:<rule>}:b:<w>:<b>, its bucket's window (hash)
 -- ARGV[1]  lease_ms  lease ms
--- ARGV[2..] grants{member, grant_id, usd, calls, tok}  per grant, five: member, grant id, then
+-- ARGV[2..] renewals{member, grant_id, usd, calls, tok}  per grant, five: member, grant id, then
 --           what its tree spent of it so far
 --          in usd, calls, tok (q<i>:u:<dim>; -1 when unknown: nothing is moved)
 --
@@ -15,21 +15,21 @@
 -- the rest at the grant's end.
 -- Returns a list of 1 (renewed) and 0 (gone), one per grant in ARGV order.
 
-local until_ms = now_ms() + tonumber(ARGV[1])
+local until_ms = now_ms() + tonumber(lease_ms)
 local dims = {'usd', 'calls', 'tok'}
 local out = {}
-for k = 2, #ARGV, 5 do
-  local member, n = ARGV[k], (k - 2) / 5 + 3
-  local raw = redis.call('HGET', KEYS[2], member)
+for i, renewal in ipairs(renewals) do
+  local member, bucket = renewal.member, buckets[i]
+  local raw = redis.call('HGET', grants, member)
   local rec = raw and cjson.decode(raw)
-  if rec and rec.g == ARGV[k + 1] then
-    redis.call('ZADD', KEYS[1], 'XX', until_ms, member)
+  if rec and rec.g == renewal.grant_id then
+    redis.call('ZADD', expiry, 'XX', until_ms, member)
     rec.b = rec.b or {}
     local set = {}
-    for j, d in ipairs(dims) do
-      local used, b = tonumber(ARGV[k + 1 + j]), rec.b[d] or 0
+    for _, d in ipairs(dims) do
+      local used, b = tonumber(renewal[d]), rec.b[d] or 0
       if used > b then
-        local v = redis.call('HMGET', KEYS[n], 's:' .. d, 'g:' .. d)
+        local v = redis.call('HMGET', bucket, 's:' .. d, 'g:' .. d)
         local s, g = stored_num(v[1]) or 0, stored_num(v[2]) or 0
         local granted = rec.L[d] or 0
         set[#set + 1] = 's:' .. d
@@ -40,8 +40,8 @@ for k = 2, #ARGV, 5 do
       end
     end
     if #set > 0 then
-      redis.call('HSET', KEYS[n], unpack(set))
-      redis.call('HSET', KEYS[2], member, cjson.encode(rec))
+      redis.call('HSET', bucket, unpack(set))
+      redis.call('HSET', grants, member, cjson.encode(rec))
     end
     out[#out + 1] = 1
   else

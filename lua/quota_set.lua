@@ -5,7 +5,7 @@
 -- KEYS[2]  audit  bc:{qr:<rule>}:audit  stream  who changed what: actor, action, before, after
 -- ARGV[1]  action  'set' or 'delete'
 -- ARGV[2]  actor  actor
--- ARGV[3]  rule  the rule's JSON without its version (set; '' for delete)
+-- ARGV[3]  definition  the rule's JSON without its version (set; '' for delete)
 -- ARGV[4]  audit_cap  audit stream cap (approximate MAXLEN)
 -- ARGV[5]  match  the match of the rule as JSON (set: a change may not alter it)
 -- ARGV[6..] limits{dim, limit}  pairs: dimension (usd, calls, tok), limit (integers >= 0) (set)
@@ -14,14 +14,14 @@
 -- exist; {0, 'match', old_match} when a set would change an existing rule's match.
 
 local now = now_ms()
-local before = redis.call('HGET', KEYS[1], 'def') or ''
-local version = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
-if ARGV[1] == 'delete' then
+local before = redis.call('HGET', rule, 'def') or ''
+local version = tonumber(redis.call('HGET', rule, 'v') or '0')
+if action == 'delete' then
   if before == '' then return {0, 'missing'} end
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', rule)
 else
   if before ~= '' then
-    local old, new = cjson.decode(before).match, cjson.decode(ARGV[5])
+    local old, new = cjson.decode(before).match, cjson.decode(match)
     for k, v in pairs(old) do
       if new[k] ~= v then return {0, 'match', cjson.encode(old)} end
     end
@@ -30,17 +30,17 @@ else
     end
   end
   version = version + 1
-  local def = cjson.decode(ARGV[3])
+  local def = cjson.decode(definition)
   def.version = version
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', rule)
   local set = {'v', version, 'def', cjson.encode(def)}
-  for i = 6, #ARGV, 2 do
-    set[#set + 1] = 'l:' .. ARGV[i]
-    set[#set + 1] = ARGV[i + 1]
+  for _, l in ipairs(limits) do
+    set[#set + 1] = 'l:' .. l.dim
+    set[#set + 1] = l.limit
   end
-  redis.call('HSET', KEYS[1], unpack(set))
+  redis.call('HSET', rule, unpack(set))
 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'actor', ARGV[2],
-           'action', ARGV[1], 'before', before,
-           'after', redis.call('HGET', KEYS[1], 'def') or '', 'ts', now)
+redis.call('XADD', audit, 'MAXLEN', '~', audit_cap, '*', 'actor', actor,
+           'action', action, 'before', before,
+           'after', redis.call('HGET', rule, 'def') or '', 'ts', now)
 return {1, version}

@@ -15,20 +15,20 @@
 --
 -- Returns 1 when the grant was settled; 0 when it was already (or is another grant).
 
-local raw = redis.call('HGET', KEYS[2], ARGV[1])
+local raw = redis.call('HGET', grants, member)
 if not raw then return 0 end
 local rec = cjson.decode(raw)
-if rec.g ~= ARGV[2] then return 0 end
+if rec.g ~= grant_id then return 0 end
 local used = {}
-for i = 4, #ARGV, 2 do used[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for _, c in ipairs(consumed) do used[c.dim] = tonumber(c.amount) end
 local set = {}
 local moved = rec.b or {}  -- spend quota_renew.lua already moved to the bucket
 for _, d in ipairs({'usd', 'calls', 'tok'}) do
-  local v = redis.call('HMGET', KEYS[1], 's:' .. d, 'g:' .. d)
+  local v = redis.call('HMGET', bucket, 's:' .. d, 'g:' .. d)
   local s, g = stored_num(v[1]) or 0, stored_num(v[2]) or 0
   local granted, b = rec.L[d] or 0, moved[d] or 0
   local spent = used[d] or 0
-  if ARGV[3] == '1' then spent = math.max(granted, b) end
+  if unknown == '1' then spent = math.max(granted, b) end
   if spent > b then
     set[#set + 1] = 's:' .. d
     set[#set + 1] = s + spent - b
@@ -38,7 +38,7 @@ for _, d in ipairs({'usd', 'calls', 'tok'}) do
     set[#set + 1] = math.max(0, g - (granted - b))
   end
 end
-if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+if #set > 0 then redis.call('HSET', bucket, unpack(set)) end
+redis.call('HDEL', grants, member)
+redis.call('ZREM', expiry, member)
 return 1

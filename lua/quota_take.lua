@@ -36,34 +36,34 @@
 --   they may make room).
 
 local now = now_ms()
-local rule = redis.call('HMGET', KEYS[1], 'v', 'l:usd', 'l:calls', 'l:tok')
-if not rule[1] then return {0, now, 'gone'} end
-if rule[1] ~= ARGV[1] then return {0, now, 'stale', rule[1]} end
-local start, stop = tonumber(ARGV[2]), tonumber(ARGV[3])
+local stored = redis.call('HMGET', rule, 'v', 'l:usd', 'l:calls', 'l:tok')
+if not stored[1] then return {0, now, 'gone'} end
+if stored[1] ~= version then return {0, now, 'stale', stored[1]} end
+local start, stop = tonumber(start_ms), tonumber(end_ms)
 if stop > 0 and (now < start or now >= stop) then return {0, now, 'window'} end
-local limits = {usd = stored_num(rule[2]), calls = stored_num(rule[3]), tok = stored_num(rule[4])}
+local limits = {usd = stored_num(stored[2]), calls = stored_num(stored[3]),
+                tok = stored_num(stored[4])}
 
-local member = ARGV[5]
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-redis.call('ZADD', KEYS[5], now + tonumber(ARGV[11]), ARGV[7])
-redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[11]))
-local share = 1 / (tonumber(ARGV[10]) * redis.call('ZCARD', KEYS[5]))
+redis.call('ZREMRANGEBYSCORE', takers, '-inf', now)
+redis.call('ZADD', takers, now + tonumber(takers_ms), root)
+redis.call('PEXPIRE', takers, tonumber(takers_ms))
+local share = 1 / (tonumber(share_divisor) * redis.call('ZCARD', takers))
 
-local raw = redis.call('HGET', KEYS[3], member)
+local raw = redis.call('HGET', grants, member)
 local rec
 if raw then rec = cjson.decode(raw) else
-  rec = {g = ARGV[6], r = ARGV[7], i = tonumber(ARGV[8]), L = {}}
+  rec = {g = grant_id, r = root, i = tonumber(index), L = {}}
 end
 local set = {}
-for k = 12, #ARGV, 3 do
-  local d, want, least = ARGV[k], tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2])
+for _, w in ipairs(wants) do
+  local d, want, least = w.dim, tonumber(w.amount), tonumber(w.least)
   local limit = limits[d]
   if limit then
-    local sg = redis.call('HMGET', KEYS[2], 's:' .. d, 'g:' .. d)
+    local sg = redis.call('HMGET', bucket, 's:' .. d, 'g:' .. d)
     local s, g = stored_num(sg[1]) or 0, stored_num(sg[2]) or 0
     local left = limit - s - g
     if left < least then
-      return append_expired({0, now, 'exceeded', d, limit, s, g}, KEYS[3], KEYS[4], now)
+      return append_expired({0, now, 'exceeded', d, limit, s, g}, grants, expiry, now)
     end
     local x = math.min(want, math.max(least, math.floor(left * share)))
     set[#set + 1] = 'g:' .. d
@@ -71,16 +71,16 @@ for k = 12, #ARGV, 3 do
     rec.L[d] = (rec.L[d] or 0) + x
   end
 end
-if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) else
-  redis.call('HSETNX', KEYS[2], 's:usd', 0)
+if #set > 0 then redis.call('HSET', bucket, unpack(set)) else
+  redis.call('HSETNX', bucket, 's:usd', 0)
 end
-redis.call('SADD', KEYS[6], string.match(member, '^[^|]*'))
-if tonumber(ARGV[4]) > 0 then
-  redis.call('PEXPIREAT', KEYS[2], tonumber(ARGV[4]))
-  redis.call('PEXPIREAT', KEYS[6], tonumber(ARGV[4]))
+redis.call('SADD', window_index, string.match(member, '^[^|]*'))
+if tonumber(expire_at_ms) > 0 then
+  redis.call('PEXPIREAT', bucket, tonumber(expire_at_ms))
+  redis.call('PEXPIREAT', window_index, tonumber(expire_at_ms))
 end
-redis.call('HSET', KEYS[3], member, cjson.encode(rec))
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[9]), member)
+redis.call('HSET', grants, member, cjson.encode(rec))
+redis.call('ZADD', expiry, now + tonumber(lease_ms), member)
 
 local out = {1, now, rec.g, 0}
 for d, amount in pairs(rec.L) do
@@ -88,4 +88,4 @@ for d, amount in pairs(rec.L) do
   out[#out + 1] = amount
   out[4] = out[4] + 1
 end
-return append_expired(out, KEYS[3], KEYS[4], now)
+return append_expired(out, grants, expiry, now)

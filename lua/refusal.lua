@@ -13,12 +13,12 @@
 -- Returns 1 when the event was appended, 0 when the reason was already recorded. A
 -- context whose hash is gone (expired) gets the node and the event, and no counts.
 
-append_capped(KEYS[2], ARGV[4], ARGV[3])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  append_capped(KEYS[3], EVENT_STREAM_CAP, ARGV[2])
+append_capped(nodes, node_cap, node)
+if redis.call('EXISTS', ctx) == 0 then
+  append_capped(events, EVENT_STREAM_CAP, event)
   return 1
 end
-count_call({KEYS[1]}, node_record(ARGV[3]))
-if redis.call('HSETNX', KEYS[1], 'ev:' .. ARGV[1], 1) == 0 then return 0 end
-append_capped(KEYS[3], EVENT_STREAM_CAP, ARGV[2])
+count_call({ctx}, node_record(node))
+if redis.call('HSETNX', ctx, 'ev:' .. reason, 1) == 0 then return 0 end
+append_capped(events, EVENT_STREAM_CAP, event)
 return 1

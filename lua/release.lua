@@ -29,4 +29,7 @@
 --         {4, ...} never held here, charged to the path; {5} nor its path, recorded;
 --         {3, level, 'state_corrupt', detail} nothing charged, the reservation kept.
 
-return close_reservation(ARGV[6], false, ARGV[6] == FinishOutcome.ERROR, 7)
+return close_reservation(outcome, false, outcome == FinishOutcome.ERROR, {res = res, leases = leases, nodes = nodes, ledger = ledger, levels = levels,
+  fin = fin, done = done, bymodel = bymodel},
+  {id = reservation_id, abort_channel = abort_channel, node = node, node_cap = node_cap,
+   ledger_channel = ledger_channel, late = late, amounts = amounts})

@@ -7,9 +7,9 @@
 -- Only ids still leased are extended (ZADD XX): a lease already reaped stays reaped.
 -- Returns the number of leases extended.
 
-local until_ms = now_ms() + tonumber(ARGV[1])
+local until_ms = now_ms() + tonumber(lease_ms)
 local n = 0
-for i = 2, #ARGV do
-  n = n + redis.call('ZADD', KEYS[1], 'XX', 'CH', until_ms, ARGV[i])
+for _, id in ipairs(ids) do
+  n = n + redis.call('ZADD', leases, 'XX', 'CH', until_ms, id)
 end
 return n

@@ -18,7 +18,7 @@
 --         that changed; {0, field, value} when a number is still corrupt (nothing is
 --         written); {-1} when the context does not exist.
 
-local flat = redis.call('HGETALL', KEYS[1])
+local flat = redis.call('HGETALL', ctx)
 if #flat == 0 then return {-1} end
 local h = {}
 local NUMERIC = {deadline = true, created_ms = true, stopped_ms = true, closed_ms = true,
@@ -34,11 +34,11 @@ for i = 1, #flat, 2 do
 end
 
 local held = {}
-local records = redis.call('HGETALL', KEYS[3])
+local records = redis.call('HGETALL', res)
 for i = 1, #records, 2 do
   local rec = cjson.decode(records[i + 1])
   local through = false
-  for _, cid in ipairs(rec.p) do through = through or cid == ARGV[1] end
+  for _, cid in ipairs(rec.p) do through = through or cid == ctx_id end
   if through then
     for j = 1, #rec.d, 2 do
       local n = stored_num(rec.d[j + 1])
@@ -64,7 +64,7 @@ end
 for dim, amount in pairs(held) do
   if h['h:' .. dim] == nil then hold('h:' .. dim, amount) end
 end
-if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+if #set > 0 then redis.call('HSET', ctx, unpack(set)) end
 
 if h.status ~= Status.STOPPED or h.reason ~= StopReason.STATE_CORRUPT then
   local out = {2, h.status}
@@ -73,18 +73,18 @@ if h.status ~= Status.STOPPED or h.reason ~= StopReason.STATE_CORRUPT then
 end
 local now = now_ms()
 if h.closed_ms then
-  redis.call('HSET', KEYS[1], 'status', Status.CLOSED, 'reason', StopReason.CLOSED)
+  redis.call('HSET', ctx, 'status', Status.CLOSED, 'reason', StopReason.CLOSED)
 else
-  redis.call('HSET', KEYS[1], 'status', Status.RUNNING)
-  redis.call('HDEL', KEYS[1], 'reason')
+  redis.call('HSET', ctx, 'status', Status.RUNNING)
+  redis.call('HDEL', ctx, 'reason')
 end
-redis.call('HDEL', KEYS[1], 'detail', 'stopped_ms', 'ev:state_corrupt')
+redis.call('HDEL', ctx, 'detail', 'stopped_ms', 'ev:state_corrupt')
 local event = cjson.encode({event_type = 'state_repaired', decision = 'ALLOW', hook = HOOK,
-                            reason = 'repaired by ' .. ARGV[2] .. ' (was: ' ..
+                            reason = 'repaired by ' .. actor .. ' (was: ' ..
                                      (h.detail or '') .. ')',
                             request_id = h.request_id, ts = now,
-                            metadata = {chain_id = ARGV[1]}})
-append_capped(KEYS[2], EVENT_STREAM_CAP, event)
+                            metadata = {chain_id = ctx_id}})
+append_capped(events, EVENT_STREAM_CAP, event)
 local out = {1}
 for _, x in ipairs(changed) do out[#out + 1] = x end
 return out

@@ -35,27 +35,27 @@
 --         a call key already finished returns {2, now_ms, outcome} and holds nothing.
 
 local now = now_ms()
-local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[1], id) == 1 then return {ReserveCode.HELD, now} end
-if ARGV[5] == '1' then  -- only call keys are remembered when they finish
-  local done = redis.call('HGET', KEYS[#KEYS], id)
-  if done then return {ReserveCode.REPLAYED, now, done} end
+local id = reservation_id
+if redis.call('HEXISTS', res, id) == 1 then return {ReserveCode.HELD, now} end
+if keyed == '1' then  -- only call keys are remembered when they finish
+  local outcome = redis.call('HGET', done, id)
+  if outcome then return {ReserveCode.REPLAYED, now, outcome} end
 end
 
-local ids = split(ARGV[3])
+local ids = split(path)
 local root = ids[1]
-local channel = ARGV[4]
-local dims, amounts, at = {}, {}, {}
-for i = 6, #ARGV, 2 do
-  dims[#dims + 1] = ARGV[i]
-  amounts[#amounts + 1] = tonumber(ARGV[i + 1])
-  at[ARGV[i]] = #dims
+local channel = abort_channel
+local dims, wanted, at = {}, {}, {}
+for _, a in ipairs(amounts) do
+  dims[#dims + 1] = a.dim
+  wanted[#wanted + 1] = tonumber(a.amount)
+  at[a.dim] = #dims
 end
 local totals = token_totals(dims)
 for _, t in ipairs(totals) do
   for k = 2, 3 do
     if at[t[k]] == nil then
-      dims[#dims + 1], amounts[#amounts + 1] = t[k], 0
+      dims[#dims + 1], wanted[#wanted + 1] = t[k], 0
       at[t[k]] = #dims
     end
   end
@@ -76,8 +76,8 @@ local function refuse(lv, key, events_key, d, limit, used, held, amount)
   local detail = d .. ' needs ' .. amount_text(d, amount) .. ', ' ..
                  amount_text(d, limit - used - held) .. ' of ' .. amount_text(d, limit) ..
                  ' left (' .. amount_text(d, held) .. ' held by calls in flight)'
-  return append_expired({ReserveCode.REFUSED, lv, reason_for(d), detail, 0, now}, KEYS[1],
-                        KEYS[2], now)
+  return append_expired({ReserveCode.REFUSED, lv, reason_for(d), detail, 0, now}, res, leases,
+                        now)
 end
 
 -- The refusal at level lv whose stored state is corrupt: the level stops (fail closed).
@@ -86,10 +86,9 @@ local function corrupt(lv, key, events_key, detail)
   return {ReserveCode.REFUSED, lv, StopReason.STATE_CORRUPT, detail, 1, now}
 end
 
-local levels = (#KEYS - 3) / 2
 local holds = {}     -- per level: the HSET arguments that add the amounts to its holds
-for lv = 1, levels do
-  local key, events_key = KEYS[2 * lv + 1], KEYS[2 * lv + 2]
+for lv = 1, #levels do
+  local key, events_key = levels[lv].ctx, levels[lv].events
   local level = read_level(key, shape)
   if not level.status then
     return {ReserveCode.REFUSED, lv, StopReason.MISSING, 'context ' .. ids[lv] .. ' not found',
@@ -110,7 +109,7 @@ for lv = 1, levels do
   local set = {}
   for j, d in ipairs(dims) do
     local slot = shape.slot[d]
-    local limit, u, h, amount = level[slot.limit], level[slot.used], level[slot.held], amounts[j]
+    local limit, u, h, amount = level[slot.limit], level[slot.used], level[slot.held], wanted[j]
     if limit and (u >= limit or u + h + amount > limit) then
       return refuse(lv, key, events_key, d, limit, u, h, amount)
     end
@@ -124,7 +123,7 @@ for lv = 1, levels do
     if limit then
       local a, b = shape.slot[t[2]], shape.slot[t[3]]
       local u, h = level[a.used] + level[b.used], level[a.held] + level[b.held]
-      local amount = amounts[at[t[2]]] + amounts[at[t[3]]]
+      local amount = wanted[at[t[2]]] + wanted[at[t[3]]]
       if u >= limit or u + h + amount > limit then
         return refuse(lv, key, events_key, t[1] .. 'ttot', limit, u, h, amount)
       end
@@ -135,8 +134,8 @@ for lv = 1, levels do
 end
 local qgids = nil
 if nq > 0 then
-  local st, why = quota_state(KEYS[3], nq, now)
-  local amt = quota_amounts(function(d) return at[d] and amounts[at[d]] or 0 end)
+  local st, why = quota_state(levels[1].ctx, nq, now)
+  local amt = quota_amounts(function(d) return at[d] and wanted[at[d]] or 0 end)
   if st then
     for _, d in ipairs(QUOTA_DIMS) do
       -- as at a level: a grant used up refuses even a call estimated at nothing
@@ -151,13 +150,13 @@ if nq > 0 then
 end
 
 -- Every level accepted: hold the amounts everywhere (one HSET per level).
-local held = held_pairs(dims, amounts)
-for lv = 1, levels do
-  if #holds[lv] > 0 then redis.call('HSET', KEYS[2 * lv + 1], unpack(holds[lv])) end
+local held = held_pairs(dims, wanted)
+for lv = 1, #levels do
+  if #holds[lv] > 0 then redis.call('HSET', levels[lv].ctx, unpack(holds[lv])) end
 end
-local rec = new_reservation(ids, held, ARGV[5] == '1')
+local rec = new_reservation(ids, held, keyed == '1')
 rec.q = qgids
-redis.call('HSET', KEYS[1], id, cjson.encode(rec))
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
+redis.call('HSET', res, id, cjson.encode(rec))
+redis.call('ZADD', leases, now + tonumber(lease_ms), id)
 
-return append_expired({ReserveCode.HELD, now}, KEYS[1], KEYS[2], now)
+return append_expired({ReserveCode.HELD, now}, res, leases, now)

@@ -5,9 +5,9 @@
 -- ARGV[2] claim_id  claim id
 -- Returns 1 when the caller's claim was dropped, 0 when it was not the caller's.
 
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
+if redis.call('HGET', claimers, member) ~= claim_id then
   return 0
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', claims, member)
+redis.call('HDEL', claimers, member)
 return 1

@@ -21,11 +21,10 @@
 -- id returned so the caller kills it.
 
 local now = now_ms()
-local member = ARGV[1]
-local cap = tonumber(ARGV[2])
-local max_exec = tonumber(ARGV[3])
+local cap = tonumber(cap)
+local max_exec = tonumber(max_executions)
 local retired = ''
-local rec = redis.call('HMGET', KEYS[1], 'status', 'expires_at', 'execution_count',
+local rec = redis.call('HMGET', record, 'status', 'expires_at', 'execution_count',
                        'sandbox_id')
 if rec[1] == 'active' then
   -- an expiry or count that is not a canonical integer (lib.lua, stored_num) retires
@@ -34,36 +33,36 @@ if rec[1] == 'active' then
   local expired = not expires or not count or expires <= now
   if not expired and count < max_exec then
     local out = {'existing', now, '', 0}
-    local flat = redis.call('HGETALL', KEYS[1])
+    local flat = redis.call('HGETALL', record)
     for i = 1, #flat do out[#out + 1] = flat[i] end
     return out
   end
   if expired then
-    redis.call('HSET', KEYS[1], 'status', 'expired', 'terminated_reason', 'expired',
+    redis.call('HSET', record, 'status', 'expired', 'terminated_reason', 'expired',
                'updated_at', now)
   else
-    redis.call('HSET', KEYS[1], 'status', 'terminated', 'terminated_reason', 'rotated',
+    redis.call('HSET', record, 'status', 'terminated', 'terminated_reason', 'rotated',
                'updated_at', now)
   end
-  redis.call('SREM', KEYS[2], member)
-  redis.call('ZREM', KEYS[3], member)
+  redis.call('SREM', active, member)
+  redis.call('ZREM', expiry, member)
   retired = rec[4] or ''
 end
 
 -- Claims of creators that died or gave up lapse at their deadline.
-local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+local stale = redis.call('ZRANGEBYSCORE', claims, '-inf', now)
 if #stale > 0 then
-  redis.call('ZREM', KEYS[4], unpack(stale))
-  redis.call('HDEL', KEYS[5], unpack(stale))
+  redis.call('ZREM', claims, unpack(stale))
+  redis.call('HDEL', claimers, unpack(stale))
 end
-local held = redis.call('ZSCORE', KEYS[4], member)
+local held = redis.call('ZSCORE', claims, member)
 if held then
   return {'wait', now, retired, tonumber(held)}
 end
-local n = redis.call('SCARD', KEYS[2]) + redis.call('ZCARD', KEYS[4])
+local n = redis.call('SCARD', active) + redis.call('ZCARD', claims)
 if n >= cap then
   return {'cap', now, retired, n}
 end
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[5]), member)
-redis.call('HSET', KEYS[5], member, ARGV[4])
+redis.call('ZADD', claims, now + tonumber(claim_ttl_ms), member)
+redis.call('HSET', claimers, member, claim_id)
 return {'claimed', now, retired, n + 1}

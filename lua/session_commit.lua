@@ -15,31 +15,30 @@
 -- the caller's (then nothing changed: kill the sandbox just made).
 
 local now = now_ms()
-local member = ARGV[1]
-local deadline = redis.call('ZSCORE', KEYS[4], member)
-if redis.call('HGET', KEYS[5], member) ~= ARGV[2] or not deadline
+local deadline = redis.call('ZSCORE', claims, member)
+if redis.call('HGET', claimers, member) ~= claim_id or not deadline
     or tonumber(deadline) <= now then
   return {'lost', now}
 end
 local generation = 1
-local old = redis.call('HGETALL', KEYS[1])
+local old = redis.call('HGETALL', record)
 if #old > 0 then
   -- a generation that is not a canonical integer (lib.lua): one past the archived ones
-  local last = stored_num(redis.call('HGET', KEYS[1], 'generation'))
-  if last == false then last = redis.call('XLEN', KEYS[6]) end
+  local last = stored_num(redis.call('HGET', record, 'generation'))
+  if last == false then last = redis.call('XLEN', history) end
   generation = (last or 0) + 1
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[4], '*', unpack(old))
-  redis.call('DEL', KEYS[1])
+  redis.call('XADD', history, 'MAXLEN', '~', history_cap, '*', unpack(old))
+  redis.call('DEL', record)
 end
-for i = 5, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+for _, f in ipairs(fields) do
+  redis.call('HSET', record, f.field, f.value)
 end
-local expires = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'created_at', now, 'last_used_at', now, 'updated_at', now,
-           'expires_at', expires, 'ttl_ms', ARGV[3], 'execution_count', 0,
+local expires = now + tonumber(ttl_ms)
+redis.call('HSET', record, 'created_at', now, 'last_used_at', now, 'updated_at', now,
+           'expires_at', expires, 'ttl_ms', ttl_ms, 'execution_count', 0,
            'total_execution_time_ms', 0, 'status', 'active', 'generation', generation)
-redis.call('SADD', KEYS[2], member)
-redis.call('ZADD', KEYS[3], expires, member)
-redis.call('ZREM', KEYS[4], member)
-redis.call('HDEL', KEYS[5], member)
+redis.call('SADD', active, member)
+redis.call('ZADD', expiry, expires, member)
+redis.call('ZREM', claims, member)
+redis.call('HDEL', claimers, member)
 return {'ok', now, generation}

@@ -6,9 +6,9 @@
 -- "<conversation>:<path>". Only active sessions are in the index.
 
 local now = now_ms()
-local hi = ARGV[1] == '+inf' and '+inf' or '(' .. ARGV[1]
-local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', hi, 'WITHSCORES', 'LIMIT', 0,
-                        tonumber(ARGV[2]))
+local hi = cutoff == '+inf' and '+inf' or '(' .. cutoff
+local rows = redis.call('ZRANGEBYSCORE', expiry, '-inf', hi, 'WITHSCORES', 'LIMIT', 0,
+                        tonumber(limit))
 local out = {now}
 for i = 1, #rows do out[#out + 1] = rows[i] end
 return out

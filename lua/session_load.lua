@@ -5,6 +5,6 @@
 -- is returned whatever its status (active, expired, error, terminated).
 
 local out = {now_ms()}
-local flat = redis.call('HGETALL', KEYS[1])
+local flat = redis.call('HGETALL', record)
 for i = 1, #flat do out[#out + 1] = flat[i] end
 return out

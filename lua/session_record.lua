@@ -10,15 +10,15 @@
 -- is no record (or it names another sandbox).
 
 local now = now_ms()
-local rec = redis.call('HMGET', KEYS[1], 'status', 'ttl_ms', 'sandbox_id')
-if not rec[1] or (ARGV[3] ~= '' and rec[3] ~= ARGV[3]) then
+local rec = redis.call('HMGET', record, 'status', 'ttl_ms', 'sandbox_id')
+if not rec[1] or (sandbox_id ~= '' and rec[3] ~= sandbox_id) then
   return {'missing', now}
 end
-local count = redis.call('HINCRBY', KEYS[1], 'execution_count', 1)
-redis.call('HINCRBY', KEYS[1], 'total_execution_time_ms', ARGV[2])
+local count = redis.call('HINCRBY', record, 'execution_count', 1)
+redis.call('HINCRBY', record, 'total_execution_time_ms', duration_ms)
 local expires = now + (stored_num(rec[2]) or 0)  -- a corrupt ttl: expired at once
-redis.call('HSET', KEYS[1], 'last_used_at', now, 'expires_at', expires, 'updated_at', now)
+redis.call('HSET', record, 'last_used_at', now, 'expires_at', expires, 'updated_at', now)
 if rec[1] == 'active' then
-  redis.call('ZADD', KEYS[2], expires, ARGV[1])
+  redis.call('ZADD', expiry, expires, member)
 end
 return {'ok', now, count, expires}

@@ -8,20 +8,19 @@
 -- Returns now_ms (also written as updated_at).
 
 local now = now_ms()
-local member = ARGV[1]
-redis.call('DEL', KEYS[1])
+redis.call('DEL', record)
 local status, expires = nil, nil
-for i = 2, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  if ARGV[i] == 'status' then status = ARGV[i + 1] end
-  if ARGV[i] == 'expires_at' then expires = tonumber(ARGV[i + 1]) end
+for _, f in ipairs(fields) do
+  redis.call('HSET', record, f.field, f.value)
+  if f.field == 'status' then status = f.value end
+  if f.field == 'expires_at' then expires = tonumber(f.value) end
 end
-redis.call('HSET', KEYS[1], 'updated_at', now)
+redis.call('HSET', record, 'updated_at', now)
 if status == 'active' then
-  redis.call('SADD', KEYS[2], member)
-  redis.call('ZADD', KEYS[3], expires, member)
+  redis.call('SADD', active, member)
+  redis.call('ZADD', expiry, expires, member)
 else
-  redis.call('SREM', KEYS[2], member)
-  redis.call('ZREM', KEYS[3], member)
+  redis.call('SREM', active, member)
+  redis.call('ZREM', expiry, member)
 end
 return now

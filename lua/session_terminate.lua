@@ -13,24 +13,24 @@
 -- sandbox_id} when it names another sandbox or (ARGV[6]) has not expired.
 
 local now = now_ms()
-local rec = redis.call('HMGET', KEYS[1], 'status', 'sandbox_id', 'expires_at')
+local rec = redis.call('HMGET', record, 'status', 'sandbox_id', 'expires_at')
 if not rec[1] then
   return {'missing', now}
 end
-if ARGV[5] ~= '' and rec[2] ~= ARGV[5] then
+if sandbox_id ~= '' and rec[2] ~= sandbox_id then
   return {'mismatch', now, rec[2]}
 end
 if rec[1] ~= 'active' then
   return {'inactive', now, rec[2]}
 end
-if ARGV[6] == '1' and (stored_num(rec[3]) or 0) > now then  -- corrupt: expired
+if only_if_expired == '1' and (stored_num(rec[3]) or 0) > now then  -- corrupt: expired
   return {'mismatch', now, rec[2]}
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'terminated_reason', ARGV[3],
+redis.call('HSET', record, 'status', status, 'terminated_reason', reason,
            'updated_at', now)
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'last_error', ARGV[4])
+if last_error ~= '' then
+  redis.call('HSET', record, 'last_error', last_error)
 end
-redis.call('SREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('SREM', active, member)
+redis.call('ZREM', expiry, member)
 return {'ok', now, rec[2]}

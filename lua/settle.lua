@@ -33,4 +33,7 @@
 --         {3, level, 'state_corrupt', detail} when a counter on the path is corrupt:
 --         nothing charged, the reservation stays held, the level is stopped.
 
-return close_reservation(FinishOutcome.OK, true, false, 6)
+return close_reservation(FinishOutcome.OK, true, false, {res = res, leases = leases, nodes = nodes, ledger = ledger, levels = levels,
+  fin = fin, done = done, bymodel = bymodel},
+  {id = reservation_id, abort_channel = abort_channel, node = node, node_cap = node_cap,
+   ledger_channel = ledger_channel, late = late, amounts = amounts})

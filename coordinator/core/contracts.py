@@ -148,15 +148,15 @@ RELEASE = contract(
 ABORT = contract("abort", "ctx events", "reason detail abort_channel root ctx_id")
 CLOSE = contract("close", "ctx nodes events others{key}", "retention_s:int")
 RENEW = contract("renew", "leases", "lease_ms:int ids{reservation_id}")
-BREAKER_CHECK = contract("breaker_check", "state",
+BREAKER_CHECK = contract("breaker_check", "breaker",
                          "mode recovery_ms:int holder ttl_ms:int probe_lease_ms:int")
-BREAKER_RECORD = contract("breaker_record", "state",
+BREAKER_RECORD = contract("breaker_record", "breaker",
                           "outcome threshold:int holder ttl_ms:int")
 WINDOW_ADMIT = contract(
-    "window", "calls usd", f"{_WINDOW_ARGV} max_calls:int degrade_calls:int max_usd:int "
+    "window", "admitted spent", f"{_WINDOW_ARGV} max_calls:int degrade_calls:int max_usd:int "
     "degrade_usd:int estimate:int", "admit")
 WINDOW_CHARGE = contract(
-    "window", "calls usd", f"{_WINDOW_ARGV} held:int actual:int max_usd:int "
+    "window", "admitted spent", f"{_WINDOW_ARGV} held:int actual:int max_usd:int "
     "degrade_usd:int", "charge")
 EVENT_ONCE = contract("event_once", "ctx events", "reason event:json cap:int")
 APPEND = contract("append", "events", "cap:int entry:json")
@@ -187,7 +187,7 @@ LEASE_RETURN = contract("lease_return", _SLICE_KEYS,
                         "slice_id node:json node_cap:int abort_channel ledger_channel")
 REPAIR = contract("repair", "ctx events res", "ctx_id actor")
 QUOTA_SET = contract("quota_set", "rule audit",
-                     "action actor rule:json audit_cap:int match:json limits{dim,limit:int}")
+                     "action actor definition:json audit_cap:int match:json limits{dim,limit:int}")
 QUOTA_TAKE = contract(
     "quota_take", "rule bucket grants expiry takers window_index",
     "version:int start_ms:int end_ms:int expire_at_ms:int member grant_id root index:int "
@@ -195,7 +195,7 @@ QUOTA_TAKE = contract(
 QUOTA_SETTLE = contract("quota_settle", "bucket grants expiry",
                         "member grant_id unknown:flag consumed{dim,amount:int}")
 QUOTA_RENEW = contract("quota_renew", "expiry grants buckets{bucket}",
-                       "lease_ms:int grants{member,grant_id,usd:int,calls:int,tok:int}")
+                       "lease_ms:int renewals{member,grant_id,usd:int,calls:int,tok:int}")
 QUOTA_GRANT = contract("quota_grant", "root", "index:int grant_id window end_ms:int "
                        "amounts{dim,granted:int}")
 QUOTA_END = contract("quota_end", "root", "index:int grant_id")

@@ -100,7 +100,7 @@ class QuotaStore:
     def put_rule(self, rule_json: str, rule_id: str, match: Mapping[str, str],
                  limits: Mapping[str, int], actor: str) -> int:
         """Store a rule (new or changed) with its audit event; returns its version."""
-        args = QUOTA_SET.arg_list(action="set", actor=actor, rule=rule_json,
+        args = QUOTA_SET.arg_list(action="set", actor=actor, definition=rule_json,
                                   audit_cap=AUDIT_CAP, match=json.dumps(dict(match)),
                                   limits=[x for dl in limits.items() for x in dl])
         reply = self.wire.run(Op(QUOTA_SET.script, self._rule_keys(rule_id), args))
@@ -116,7 +116,8 @@ class QuotaStore:
     def delete_rule(self, rule_id: str, actor: str) -> None:
         """Delete a rule (its buckets stay for their retention), with its audit event."""
         reply = self.wire.run(Op(QUOTA_SET.script, self._rule_keys(rule_id), QUOTA_SET.arg_list(
-            action="delete", actor=actor, rule="", audit_cap=AUDIT_CAP, match="{}", limits=())))
+            action="delete", actor=actor, definition="", audit_cap=AUDIT_CAP, match="{}",
+            limits=())))
         self.wire.run(command("HDEL", self.qk.catalogue(), rule_id))
         if int(reply[0]) != 1:
             raise QuotaNotFoundError(rule_id)
@@ -224,7 +225,7 @@ class QuotaStore:
             QUOTA_RENEW.script,
             QUOTA_RENEW.key_list(expiry=qk.expiry(rule_id), grants=qk.grants(rule_id),
                                  buckets=buckets),
-            QUOTA_RENEW.arg_list(lease_ms=lease_ms, grants=per_grant)))
+            QUOTA_RENEW.arg_list(lease_ms=lease_ms, renewals=per_grant)))
         return [bool(int(x)) for x in reply]
 
     def tree_spent(self, grants: Sequence[tuple[str, int, str]]) -> list[dict[str, int] | None]:

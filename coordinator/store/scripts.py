@@ -9,15 +9,15 @@ from typing import Any
 from redis.commands.core import Script
 
 from ..core import vocabulary
+from ..core.contracts import CONTRACTS
 from ..core.script_constants import LUA_CONSTANTS
+from .script_slots import prologue
 from .topology import Client
 
-SCRIPT_NAMES = ("open", "reserve", "settle", "release", "abort", "close", "renew",
-                "breaker_check", "breaker_record", "window", "event_once", "append", "refusal",
-                "propagate",
-                "data_read", "data_write", "data_merge", "data_spawn", "data_snapshot",
-                "lease_take", "lease_flush", "lease_return", "repair", "quota_set",
-                "quota_take", "quota_settle", "quota_renew", "quota_grant", "quota_end")
+SCRIPT_NAMES = tuple(dict.fromkeys(c.script for c in CONTRACTS
+                                   if not c.script.startswith("session_")))
+"""The tree, shield, data, lease and quota scripts, from their contracts (the session
+scripts are registered by store/sessions.py)."""
 
 
 def lua_dir() -> Path:
@@ -58,14 +58,14 @@ def prelude() -> str:
 
 def script_source(name: str) -> str:
     """The source registered for ``name``: the prelude of shared constants, lib.lua,
-    quota_lib.lua (and data_lib.lua for the context-data scripts ``data_*``), then the
-    script itself."""
+    quota_lib.lua (and data_lib.lua for the context-data scripts ``data_*``), the
+    prologue binding its slots by name (store/script_slots.py), then the script itself."""
     folder = lua_dir()
     libs = ["lib.lua", "quota_lib.lua"]
     if name.startswith("data_"):
         libs.append("data_lib.lua")
     parts = [(folder / lib).read_text() for lib in libs]
-    return prelude() + "\n".join([*parts, (folder / f"{name}.lua").read_text()])
+    return prelude() + "\n".join([*parts, prologue(name), (folder / f"{name}.lua").read_text()])
 
 
 class Scripts:

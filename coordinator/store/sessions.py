@@ -28,6 +28,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from ..core.contracts import (
+    CONTRACTS,
     SESSION_ABANDON,
     SESSION_ACQUIRE,
     SESSION_COMMIT,
@@ -46,8 +47,8 @@ from .topology import Client
 
 HISTORY_CAP = 10_000
 LIST_LIMIT = 10_000
-SCRIPT_NAMES = ("session_load", "session_save", "session_acquire", "session_commit",
-                "session_abandon", "session_record", "session_terminate", "session_list")
+SCRIPT_NAMES = tuple(dict.fromkeys(c.script for c in CONTRACTS
+                                   if c.script.startswith("session_")))
 _INT_FIELDS = ("execution_count", "total_execution_time_ms", "ttl_ms", "generation")
 _TIME_FIELDS = ("created_at", "last_used_at", "expires_at", "updated_at")
 T = TypeVar("T")

@@ -30,7 +30,7 @@ def breaker_check_call(key: str, mode: BreakerMode, holder: str, *, recovery_ms:
                        ttl_ms: int, lease_ms: int) -> ScriptCall:
     """breaker_check.lua's call: ``holder`` takes the probe (``check``) or renews its
     lease (``renew``); a probe whose lease of ``lease_ms`` runs out passes on."""
-    return ScriptCall(BREAKER_CHECK.script, BREAKER_CHECK.key_list(state=key),
+    return ScriptCall(BREAKER_CHECK.script, BREAKER_CHECK.key_list(breaker=key),
                       BREAKER_CHECK.arg_list(mode=mode, recovery_ms=recovery_ms, holder=holder,
                                              ttl_ms=ttl_ms, probe_lease_ms=lease_ms))
 
@@ -39,7 +39,7 @@ def breaker_record_call(key: str, outcome: str, holder: str, *, threshold: int,
                         ttl_ms: int) -> ScriptCall:
     """breaker_record.lua's call: the outcome of a call the breaker let through
     (``holder``: the probe it took, '' if none)."""
-    return ScriptCall(BREAKER_RECORD.script, BREAKER_RECORD.key_list(state=key),
+    return ScriptCall(BREAKER_RECORD.script, BREAKER_RECORD.key_list(breaker=key),
                       BREAKER_RECORD.arg_list(outcome=outcome, threshold=threshold,
                                               holder=holder, ttl_ms=ttl_ms))
 
@@ -50,7 +50,7 @@ def window_admit_call(keys: Sequence[str], call_id: str, *, window_ms: int, max_
     """window.lua's admission of ``call_id`` (``keys``: the window's calls and usd keys),
     its estimate held in the window until charged."""
     calls, usd = keys
-    return ScriptCall(WINDOW_ADMIT.script, WINDOW_ADMIT.key_list(calls=calls, usd=usd),
+    return ScriptCall(WINDOW_ADMIT.script, WINDOW_ADMIT.key_list(admitted=calls, spent=usd),
                       WINDOW_ADMIT.arg_list(mode="admit", window_ms=window_ms,
                                             call_id=call_id, max_calls=max_calls,
                                             degrade_calls=degrade_calls, max_usd=max_usd,
@@ -61,7 +61,7 @@ def window_charge_call(keys: Sequence[str], call_id: str, *, window_ms: int, hel
                        actual: int, max_usd: int, degrade_usd: int) -> ScriptCall:
     """window.lua's charge of what ``call_id`` cost (``held`` at its admission)."""
     calls, usd = keys
-    return ScriptCall(WINDOW_CHARGE.script, WINDOW_CHARGE.key_list(calls=calls, usd=usd),
+    return ScriptCall(WINDOW_CHARGE.script, WINDOW_CHARGE.key_list(admitted=calls, spent=usd),
                       WINDOW_CHARGE.arg_list(mode="charge", window_ms=window_ms,
                                              call_id=call_id, held=held, actual=actual,
                                              max_usd=max_usd, degrade_usd=degrade_usd))

@@ -1,6 +1,7 @@
 """Each script's header comment lists the KEYS and ARGV its contract declares
-(coordinator/core/contracts.py), by name and in order; and the builders put the values
-where the script reads them. No Redis needed."""
+(coordinator/core/contracts.py), by name and in order; the builders put the values where
+the script reads them; and the scripts read them by name only, through the prologue
+generated from the same declaration (store/script_slots.py). No Redis needed."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from coordinator.core.contracts import (
     Run,
 )
 from coordinator.store import sessions
+from coordinator.store.script_slots import prologue, slot_names
 from coordinator.store.scripts import SCRIPT_NAMES, lua_dir
 
 _SLOT = re.compile(r"^--\s+(KEYS|ARGV)\[([^\]]+)\]\s+(\w+)(?:\{([\w, ]+)\})?(?:\s|$)")
@@ -121,3 +123,24 @@ def test_settle_and_release_take_the_same_keys() -> None:
 def test_a_slice_flush_and_its_reclaim_take_the_same_keys() -> None:
     # store/leases_store.py builds them in one place for both
     assert LEASE_FLUSH.keys == LEASE_RETURN.keys
+
+
+def _code(text: str) -> str:
+    """Lua source without its comments."""
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def test_scripts_read_named_slots_not_positions() -> None:
+    # the slot prologue (store/script_slots.py) is the only code that indexes KEYS or ARGV
+    for lua in sorted(lua_dir().rglob("*.lua")):
+        code = _code(lua.read_text())
+        assert not re.search(r"\b(KEYS|ARGV)\b", code), f"{lua.name} reads KEYS or ARGV"
+
+
+@pytest.mark.parametrize("script", sorted({c.script for c in CONTRACTS}))
+def test_the_prologue_binds_every_declared_name(script: str) -> None:
+    bound = re.findall(r"^local (\w+) = (?:KEYS|ARGV|slot_groups)", prologue(script), re.M)
+    assert bound == slot_names(script)
+    declared_names = {p.name for c in CONTRACTS if c.script == script
+                      for p in (*c.keys, *c.argv)}
+    assert set(bound) == declared_names
