@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,11 @@ import redis
 from coordinator import Coordinator
 from coordinator.embedded import RedisServer
 from tests.support.procs import TEST_KEYS  # the same keys in the processes the tests start
+
+# pytest-xdist's workers set a terminal size (COLUMNS=80, LINES=24) that no terminal backs:
+# budgetctl would wrap its rows there and nowhere else.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ work end to end: nothing overflows, nothing is stored that the scripts cannot re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -120,10 +121,19 @@ def test_a_price_is_accepted_or_refused_typed(field: str, value: Any) -> None:
         clear_prices()
 
 
+@pytest.fixture
+def default_prices_after() -> Iterator[None]:
+    """The default price table loaded again once the test is done (hypothesis runs every
+    example inside one use of a fixture; each example loads a table of its own)."""
+    yield
+    load_price_table()
+
+
 @FUZZ
 @given(column=st.integers(min_value=1, max_value=4), value=NUMBERS)
-def test_a_price_table_row_is_accepted_or_refused_typed(tmp_path_factory: Any, column: int,
-                                                        value: Any) -> None:
+def test_a_price_table_row_is_accepted_or_refused_typed(tmp_path_factory: Any,
+                                                        default_prices_after: None,
+                                                        column: int, value: Any) -> None:
     row: list[Any] = ["openai", 1.0, 2.0, None, None]
     row[column] = value
     path = tmp_path_factory.mktemp("prices") / "table.json"
@@ -134,8 +144,6 @@ def test_a_price_table_row_is_accepted_or_refused_typed(tmp_path_factory: Any, c
         assert "price table" in str(exc)
     else:  # accepted: a price a call can be charged at
         assert type(value) in (int, float) and 0 <= value <= 1e6
-    finally:
-        load_price_table()
 
 
 @FUZZ

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,18 @@ from coordinator import Coordinator
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sessions.md"
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A folder with a short path: the kernels' unix sockets live under it, and a socket's
+    path has at most 107 bytes (pytest's tmp_path under pytest-xdist can be longer)."""
+    folder = Path(tempfile.mkdtemp(prefix="bs-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_doc_examples_run(coord: Coordinator, capsys: pytest.CaptureFixture[str],
-                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                          short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path = short_tmp
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kernels' folders
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     first, example = blocks[0], blocks[-1]
