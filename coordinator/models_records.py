@@ -1,11 +1,13 @@
 """The records read back: a call's node, a chain's events and snapshot, the limits in
-force, and the Decision a wrap call returns."""
+force, and the Decision a wrap call returns; and the one writer of a node record
+(:func:`encode_node`)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import Field
 
@@ -92,6 +94,45 @@ class NodeRecord(_Frozen):
     ``fallback_price``, ``none``; docs/tokens.md)."""
     unreported: bool = False
     """An LLM call that returned with no report and no estimate: charged the floor."""
+
+
+class _NodeKeys(TypedDict):
+    """The fields every node record has."""
+
+    node_id: str
+    kind: NodeKind
+    start_ts: float
+    status: str
+    """A :data:`NodeStatus` (core/vocabulary.py ``NodeStatus``)."""
+
+
+class NodeFields(_NodeKeys, total=False):
+    """A node record as it is written: :class:`NodeRecord`'s fields, its times in seconds
+    since the epoch. A field left out reads back as NodeRecord's default, so each writer
+    gives only what it knows (the stored keys stay as they were)."""
+
+    parent_id: str | None
+    operation_name: str
+    end_ts: float
+    cost_usd: float
+    retries_used: int
+    input_tokens: int
+    output_tokens: int
+    provider: str | None
+    model: str | None
+    stop_reason: str | None
+    stop_detail: str
+    steps_used: int
+    error_type: str | None
+    error_message: str
+    charged_by: str
+    unreported: bool
+
+
+def encode_node(fields: NodeFields) -> str:
+    """The stored form of a node record: JSON that :class:`NodeRecord` reads back and the
+    scripts decode with cjson (lua/lib.lua). Every node record is written by it."""
+    return json.dumps(fields)
 
 
 class TokenTotals(_Frozen):

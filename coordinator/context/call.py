@@ -10,7 +10,6 @@ live lease slice covers it (lease_steps.py: such a call yields no request at all
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from contextvars import ContextVar
@@ -23,6 +22,7 @@ from ..core.usage import Usage, UsageCollector
 from ..data.chain import capability_called
 from ..errors import BackendUnavailableError
 from ..models import Decision, WrapOptions
+from ..models_records import NodeFields, encode_node
 from ..quotas.steps import grant_short, refill_and_reserve
 from ..shield.pipeline import ToolCallContext
 from ..store.errors import UNAVAILABLE
@@ -30,7 +30,7 @@ from ..store.health import BackendDown, is_stall
 from ..store.requests import Finish, Flush, Open, Reap, Refusal, Reserve, Settled
 from ..store.tree import Held, Refused, Replayed, Stop
 from .cancellation import CancellationToken
-from .failures import error_fields
+from .failures import add_error
 from .hooks import BeforeCall, HookRefusal
 from .lease import LeaseSlice
 from .lease_registry import slice_of
@@ -79,7 +79,7 @@ class Call:
     """The slice the call was served from (lease mode), else None (a strict reserve)."""
     fn: Any = None
     """The wrapped function (the causal chain digests a partial's arguments)."""
-    settled: dict[str, Any] | None = None
+    settled: NodeFields | None = None
     """The node record it was settled or released with (its span reads it)."""
     held: dict[str, int] = field(init=False)
 
@@ -264,10 +264,11 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
         return outcome
     status = reason if reason in ("aborted", "timeout") else "halted"
     now = time.time()
-    record = {"node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
-              "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
-              "stop_detail": detail or reason}
-    yield Refusal(state.path, reason, event.model_dump_json(), json.dumps(record))
+    record: NodeFields = {
+        "node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
+        "start_ts": now, "end_ts": now, "status": status, "stop_reason": reason,
+        "stop_detail": detail or reason}
+    yield Refusal(state.path, reason, event.model_dump_json(), encode_node(record))
     return outcome
 
 
@@ -275,10 +276,10 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
 
 def node(call: Call, status: str, *, charge: Charge | None = None, retries: int = 0,
          steps: int = 0, usage: Usage | None = None, error: BaseException | None = None
-         ) -> dict[str, Any]:
-    """The node record of a call (a NodeRecord's fields): what it was charged and by
-    which rule, what it counted, and the error it raised."""
-    record = {
+         ) -> NodeFields:
+    """The node record of a call: what it was charged and by which rule, what it
+    counted, and the error it raised."""
+    record: NodeFields = {
         "node_id": call.call_id, "parent_id": call.parent_call, "kind": call.kind,
         "operation_name": call.options.operation_name, "start_ts": call.start_ts,
         "end_ts": time.time(), "status": status,
@@ -293,7 +294,7 @@ def node(call: Call, status: str, *, charge: Charge | None = None, retries: int 
     if charge is not None and charge.unreported:
         record["unreported"] = True
     if error is not None:
-        record.update(error_fields(error))
+        add_error(record, error)
     return record
 
 
@@ -307,7 +308,7 @@ def record_capability(call: Call, *, result: Any = None,
                       fn=call.fn, result=result, error=error)
 
 
-def finish(call: Call, outcome: str, record: dict[str, Any], amounts: list[str | int], *,
+def finish(call: Call, outcome: str, record: NodeFields, amounts: list[str | int], *,
            write_behind: bool) -> Steps[list[Stop]]:
     """Settle or release the call's reservation; apply the stops it caused here."""
     call.settled = record

@@ -10,6 +10,7 @@ import time
 from ..core.amounts import micro_to_usd, usd_to_micro
 from ..errors import BackendUnavailableError, ContextNotFoundError, InvalidCostError
 from ..models import MAX_USD, check_usd
+from ..models_records import NodeFields
 from ..store.charges import propagate
 from ..store.errors import UNAVAILABLE
 from .state import ContextState
@@ -32,7 +33,7 @@ def propagate_child_cost(state: ContextState, cost_usd: float) -> None:
         return
     charge_id = secrets.token_hex(16)
     now = time.time()
-    node = {"node_id": charge_id, "kind": "charge", "start_ts": now, "end_ts": now,
+    node: NodeFields = {"node_id": charge_id, "kind": "charge", "start_ts": now, "end_ts": now,
             "operation_name": "propagate_child_cost", "status": "ok",
             "cost_usd": micro_to_usd(micro)}
     try:

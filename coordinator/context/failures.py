@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import NotAwaitableError, ReportOutsideCallError
 from ..models import Decision, WrapOptions
+from ..models_records import NodeFields
 from ..store.requests import Event
 from .state import ContextState
 
@@ -66,9 +67,10 @@ def retryable(exc: BaseException, options: WrapOptions) -> bool:
     return options.retry_on is None or isinstance(exc, options.retry_on)
 
 
-def error_fields(exc: BaseException) -> dict[str, Any]:
-    """The node fields of a call that raised ``exc``."""
-    return {"error_type": type(exc).__name__, "error_message": str(exc)[:ERROR_TEXT_MAX]}
+def add_error(record: NodeFields, exc: BaseException) -> None:
+    """Add to the node record of a call that raised ``exc`` the error's fields."""
+    record["error_type"] = type(exc).__name__
+    record["error_message"] = str(exc)[:ERROR_TEXT_MAX]
 
 
 def note_once(state: ContextState, event_type: str, key: str, reason: str,

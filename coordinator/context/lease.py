@@ -8,7 +8,6 @@ slice's amounts not yet spent or promised to calls in flight cover its estimate.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import threading
@@ -18,6 +17,7 @@ from typing import Any
 
 from ..core.paths import Path
 from ..models import LeasePolicy
+from ..models_records import NodeFields, encode_node
 from ..runtime.coordinator import Coordinator
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
@@ -34,7 +34,7 @@ RETRY_TAKE_S = 0.05
 this long before a slice is asked for again."""
 
 Expired = list[tuple[str, ReservationRecord]]
-Filled = tuple[int, list[dict[str, Any]], dict[str, int]]
+Filled = tuple[int, list[NodeFields], dict[str, int]]
 """A batch taken to be written: its number, node records and amounts spent."""
 
 
@@ -69,7 +69,7 @@ class LeaseSlice:
         self._retry_at = 0.0
         self._refused: dict[str, int] = {}
         self._seq = 1  # the batch being filled
-        self._records: list[dict[str, Any]] = []
+        self._records: list[NodeFields] = []
         """The batch's node records, encoded when it is written (off the calls' path)."""
         self._spent: dict[str, int] = {}
         """The batch's amounts by dimension (see ``Batch.spent``)."""
@@ -170,7 +170,7 @@ class LeaseSlice:
 
     # -- settling ------------------------------------------------------------------------
 
-    def settle(self, held: dict[str, int], outcome: str, node: dict[str, Any],
+    def settle(self, held: dict[str, int], outcome: str, node: NodeFields,
                amounts: Sequence[str | int], *, now: bool) -> str | None:
         """A call served from the slice ended: release its promise, count what it spent in
         the batch, without a round trip (``node``, its record, is encoded when the batch
@@ -284,7 +284,7 @@ class LeaseSlice:
 def _encoded(filled: Filled) -> Batch:
     """The batch to write, its node records encoded (outside the lock, once per batch)."""
     seq, records, spent = filled
-    return Batch(seq, [json.dumps(record) for record in records], [], spent)
+    return Batch(seq, [encode_node(record) for record in records], [], spent)
 
 
 def _stops(path: Path, reply: Any) -> list[Stop]:

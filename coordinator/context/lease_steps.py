@@ -9,8 +9,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
 
+from ..models_records import NodeFields
 from ..store.requests import Reap, TakeSlice, WriteSlice
 from ..store.tree import Stop
 from .lease import LeaseSlice
@@ -47,7 +47,7 @@ def take_slice(state: ContextState, lease: LeaseSlice, amounts: Sequence[str | i
 
 
 def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: str,
-                  record: dict[str, Any], amounts: Sequence[str | int], *, now: bool
+                  record: NodeFields, amounts: Sequence[str | int], *, now: bool
                   ) -> Steps[list[Stop]]:
     """Settle a call served from the slice: counted in the batch without a request, unless
     the batch must be written now (then one request, whose stops are returned)."""
@@ -58,8 +58,7 @@ def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: str,
     return stops
 
 
-def release_promise(lease: LeaseSlice, held: dict[str, int], record: dict[str, Any]
-                    ) -> None:
+def release_promise(lease: LeaseSlice, held: dict[str, int], record: NodeFields) -> None:
     """Give back the promise of a served call that will not run (a hook refused it or
     failed), without waiting: a write it calls for goes to a background thread."""
     action = lease.settle(held, "skip", record, [], now=False)

@@ -7,6 +7,7 @@ import time
 
 from ..core.amounts import micro_to_usd
 from ..core.paths import Path
+from ..models_records import NodeFields
 from ..store.leases_store import LeaseStore, is_slice
 from ..store.requests import Expired
 from .state import ContextState
@@ -20,10 +21,11 @@ def reap(state: ContextState, path: Path, expired: Expired) -> None:
         if is_slice(reservation_id):  # a slice: its unflushed part is charged as used
             LeaseStore(state.store).reclaim(path.root, reservation_id, record)
             continue
-        lost = {"node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",
-                "start_ts": now, "end_ts": now, "status": "lost",
-                "cost_usd": micro_to_usd(record.held_amount("usd")),
-                "input_tokens": record.held_amount("tin"),
-                "output_tokens": record.held_amount("tout")}
+        lost: NodeFields = {
+            "node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",
+            "start_ts": now, "end_ts": now, "status": "lost",
+            "cost_usd": micro_to_usd(record.held_amount("usd")),
+            "input_tokens": record.held_amount("tin"),
+            "output_tokens": record.held_amount("tout")}
         state.store.reap(path.root, reservation_id, record, lost)
     state.coord.schedule_flush()

@@ -85,7 +85,7 @@ def in_span(span: Any) -> AbstractContextManager[Any]:
 
 
 def end_span(span: Any, state: ContextState, *, decision: str, reason: str | None,
-             settled: dict[str, Any] | None, error: BaseException | None = None) -> None:
+             settled: Mapping[str, Any] | None, error: BaseException | None = None) -> None:
     """Finish the span with how the call ended: the decision, the stop reason, the usage
     and cost charged (``settled``: the call's node record), the USD left at the root."""
     if span is None:

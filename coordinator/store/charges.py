@@ -3,13 +3,13 @@ that arrives later) to every level of a context's path at once, like a settle.""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from ..core.contracts import PROPAGATE
 from ..core.paths import Path
 from ..core.script_constants import NODE_STREAM_CAP
+from ..models_records import NodeFields, encode_node
 from .errors import UNAVAILABLE
 from .tree import Stop, Store, decode_stops
 from .wire import Op
@@ -25,7 +25,7 @@ def decode_propagate(path: Path, reply: list[Any]) -> list[Stop] | None:
 
 
 def propagate(store: Store, path: Path, charge_id: str, amounts: Sequence[str | int],
-              node: dict[str, Any]) -> list[Stop] | None:
+              node: NodeFields) -> list[Stop] | None:
     """Charge ``amounts`` to every level of ``path`` at once, with nothing held;
     idempotent per ``charge_id``. Returns the levels it stopped, or None when a level
     does not exist. When Redis cannot be reached the charge is queued (the flusher resends
@@ -35,7 +35,7 @@ def propagate(store: Store, path: Path, charge_id: str, amounts: Sequence[str | 
                               ledger=ks.ledger(path.root), levels=store.level_keys(path))
     op = Op(PROPAGATE.script, keys, PROPAGATE.arg_list(
         charge_id=charge_id, path=",".join(path.ids), abort_channel=ks.abort_channel,
-        ledger_channel=ks.ledger_channel, node=json.dumps(node), node_cap=NODE_STREAM_CAP,
+        ledger_channel=ks.ledger_channel, node=encode_node(node), node_cap=NODE_STREAM_CAP,
         amounts=amounts))
     try:
         reply = store.wire.run(op)

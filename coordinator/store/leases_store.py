@@ -5,7 +5,6 @@ decoded once into a typed result."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 from ..core.contracts import LEASE_FLUSH, LEASE_RETURN, LEASE_TAKE
 from ..core.paths import Path
 from ..core.script_constants import NODE_STREAM_CAP
+from ..models_records import NodeFields, encode_node
 from .records import ReservationRecord
 from .tree import Stop, Store, decode_stops
 from .wire import Op
@@ -136,8 +136,9 @@ class LeaseStore:
         the script sets the node's cost to what it charged)."""
         path = Path(root, record.path)
         now = time.time()
-        node = {"node_id": slice_id, "kind": "llm", "operation_name": "(lease slice reclaimed)",
-                "start_ts": now, "end_ts": now, "status": "halted", "cost_usd": 0.0}
+        node: NodeFields = {
+            "node_id": slice_id, "kind": "llm", "operation_name": "(lease slice reclaimed)",
+            "start_ts": now, "end_ts": now, "status": "halted", "cost_usd": 0.0}
         self.wire.queue(Op(LEASE_RETURN.script, self._keys(path), LEASE_RETURN.arg_list(
-            slice_id=slice_id, node=json.dumps(node), node_cap=NODE_STREAM_CAP,
+            slice_id=slice_id, node=encode_node(node), node_cap=NODE_STREAM_CAP,
             abort_channel=self.ks.abort_channel, ledger_channel=self.ks.ledger_channel)))

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..core.amounts import held_amount
+from ..models_records import NodeFields
 from .state_check import canonical_int
 
 
@@ -31,9 +32,10 @@ class PendingFinish:
     amounts: tuple[str, ...]
     """Flat dimension, amount pairs, as sent."""
 
-    def node(self) -> dict[str, Any] | None:
+    def node(self) -> NodeFields | None:
         """The node record, decoded."""
-        return json.loads(self.node_json) if self.node_json else None
+        return cast("NodeFields | None", json.loads(self.node_json) if self.node_json
+                    else None)
 
     @classmethod
     def from_raw(cls, raw: Any) -> PendingFinish | None:

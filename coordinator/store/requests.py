@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..core.paths import Path
+from ..models_records import NodeFields
 from .records import ReservationRecord
 from .tree import Stop
 
@@ -44,7 +45,7 @@ class Finish:
     path: Path
     reservation_id: str
     outcome: str
-    node: dict[str, Any] | None
+    node: NodeFields | None
     amounts: Sequence[str | int]
     write_behind: bool
 

@@ -5,7 +5,6 @@ tree's state."""
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from ..core.keys import KeySpace
 from ..core.paths import Path
 from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
 from ..core.vocabulary import FinishOutcome
+from ..models_records import NodeFields, encode_node
 from .closing import expire_closed_tree, index_writes, on_tree_node, send_or_queue
 from .cluster_routing import relearn
 from .errors import UNAVAILABLE
@@ -162,7 +162,7 @@ class Store:
         return result
 
     def finish(self, path: Path, reservation_id: str, *, outcome: str,
-               node: dict[str, Any] | None, amounts: Sequence[str | int],
+               node: NodeFields | None, amounts: Sequence[str | int],
                write_behind: bool) -> list[Stop]:
         """Settle (``outcome='ok'``) or release (``'error'``, ``'skip'``) a reservation.
 
@@ -170,7 +170,7 @@ class Store:
         flusher (the caller schedules it), so the call does not wait for a send. They
         return no stops, which still happen in Redis and are broadcast."""
         op = self._finish_op(path, reservation_id, outcome,
-                             json.dumps(node) if node else "", amounts, untrack=True)
+                             encode_node(node) if node else "", amounts, untrack=True)
         if write_behind:
             self.wire.queue(op)
             return []
@@ -204,7 +204,7 @@ class Store:
                   if notify else None)
 
     def reap(self, root: str, reservation_id: str, record: ReservationRecord,
-             node: dict[str, Any]) -> None:
+             node: NodeFields) -> None:
         """Queue the settle of an expired reservation at its held estimate (or the finish
         a corrupt counter stopped, as it was asked)."""
         path = Path(root, record.path)
@@ -215,7 +215,7 @@ class Store:
         # settle.lua counts the step itself; the other held amounts become the actuals
         actual = [x for dim, amount in record.held_pairs() if dim != "steps"
                   for x in (dim, amount)]
-        self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.OK, json.dumps(node),
+        self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.OK, encode_node(node),
                                         actual))
 
     def queue_event(self, path: Path, event_json: str) -> None:
