@@ -106,11 +106,15 @@ if not ok then  -- a corrupt counter: nothing charged, its level stopped, the sl
   return out
 end
 for _, record in ipairs(node_records) do
-  if covered then  -- its cost is in the reclaim's record: the ledger equals the records
-    record = string.gsub(record, '"cost_usd": [%d%.eE+-]+', '"cost_usd": 0.0', 1)
+  local node = node_record(record)
+  if covered and type(node.cost_usd) == 'number' then
+    -- its cost is in the reclaim's record: the ledger equals the records (decoded and
+    -- encoded again, as lease_return.lua writes the reclaim's: cjson keeps 14 digits)
+    node.cost_usd = 0
+    record = cjson.encode(node)
   end
   append_capped(nodes, node_cap, record)
-  count_call(context_keys(levels, #part.p), node_record(record))
+  count_call(context_keys(levels, #part.p), node)
 end
 for _, event in ipairs(events) do
   append_capped(levels[#levels].events, EVENT_STREAM_CAP, event)

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
 from coordinator.core.keys import KeySpace
 from coordinator.core.paths import Path
+from coordinator.models_records import NodeRecord
+from coordinator.store.leases_store import Batch, LeaseStore
+from coordinator.store.records import ReservationRecord
 from coordinator.store.tree import Held
 from coordinator.store.wire import Op
 
@@ -70,3 +75,32 @@ def test_a_record_with_null_and_nested_fields_counts_its_own_status(
         assert settle(coord, path, "call-2", json.dumps(node))[0] == 1
         got = coord.client.hmget(ctx, "n:ok", "n:error", "n:refused", "n:unreported")
         assert got == ["1", None, None, None]
+
+
+def test_a_flush_after_its_slice_was_charged_as_used_records_no_cost_twice(
+        coord: Coordinator) -> None:
+    """lease_flush.lua sets the cost of the records of a slice charged as used at its
+    reclaim to 0 (the reclaim's record carries it) by decoding and encoding them again,
+    whatever their separators; every other field reads back as written."""
+    with ExecutionContext(CONFIG, coordinator=coord) as root:
+        path = Path(root.root_id, (root.root_id,))
+        leases = LeaseStore(coord.store)
+        taken = coord.store.wire.run(leases.take_op(
+            path, "slice-1", "owner", 60_000, {"usd": (5000, 1), "steps": (5, 1)},
+            return_on_expiry=False))
+        assert int(taken[0]) == 1
+        record = coord.client.hget(KS.reservations(root.root_id), "slice-1")
+        assert record is not None
+        leases.reclaim(root.root_id, "slice-1", ReservationRecord.from_json(record))
+        coord.store.flush()
+        node = {"node_id": "n1", "kind": "llm", "start_ts": 1764316800.123456,
+                "end_ts": 1764316801.5, "status": "ok", "cost_usd": 0.001234,
+                "input_tokens": 12, "provider": "p", "stop_reason": None}
+        coord.store.wire.run(leases.flush_op(path, "slice-1", Batch(
+            seq=1, nodes=[json.dumps(node, separators=COMPACT)], events=[],
+            spent={"usd": 1234, "steps": 1}), give_back=False))
+        stored = json.loads(coord.client.lrange(KS.nodes(root.root_id, root.root_id),
+                                                -1, -1)[0])
+        assert stored == {**node, "cost_usd": 0, "start_ts": pytest.approx(node["start_ts"],
+                                                                           abs=1e-4)}
+        NodeRecord(**stored)  # the Python reader takes what cjson wrote
