@@ -46,3 +46,10 @@ def coord(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Coordinat
     Coordinator.set_default(None)
     c.close()
     c.client.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/faults/ (killed, paused and failed-over Redis) is slow."""
+    for item in items:
+        if item.path.parent.name == "faults":
+            item.add_marker(pytest.mark.slow)

@@ -295,6 +295,7 @@ def test_a_give_back_sent_again_charges_nothing_twice(coord: Coordinator) -> Non
     assert check_tree(client, root.chain_id) == 15_000
 
 
+@pytest.mark.slow
 def test_abort_reaches_eight_leasing_processes(coord: Coordinator, redis_url: str) -> None:
     root = ExecutionContext(_cfg(1000.0, LeasePolicy(usd=0.5, steps=5000)))
     ready, out = SPAWN.Queue(), SPAWN.Queue()

@@ -172,6 +172,7 @@ def test_a_refusal_that_does_not_stop_is_recorded_once(coord: Coordinator) -> No
         assert len(_of(ctx, "aborted")) == 1
 
 
+@pytest.mark.slow
 def test_ten_concurrent_refusals_record_one_stop_event(coord: Coordinator,
                                                        redis_url: str) -> None:
     root = ExecutionContext(config(max_cost_usd=0.1))
@@ -271,6 +272,7 @@ def test_propagating_a_bad_amount_raises_and_charges_nothing(coord: Coordinator,
         assert snap.cost_usd_accumulated == 0 and snap.nodes == []
 
 
+@pytest.mark.slow
 def test_eight_processes_propagating_at_once_charge_every_level_exactly(
         coord: Coordinator, redis_url: str) -> None:
     root = ExecutionContext(config(max_cost_usd=10.0))

@@ -9,6 +9,8 @@ import os
 import signal
 from typing import Any
 
+import pytest
+
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
 from tests.support import data_procs
 from tests.support.data_model import apply_merge
@@ -58,6 +60,7 @@ def test_isolation_levels_across_processes(coord: Coordinator, redis_url: str) -
         assert seen_inh == {"seen": {"k": "after"}, "isolation": "inherit"}
 
 
+@pytest.mark.slow
 def test_twenty_processes_merge_into_one_parent(coord: Coordinator, redis_url: str) -> None:
     """Each merge is atomic: the parent ends as if the merges ran one by one in the order
     of their sequence numbers, and each reported exactly the change it made then."""

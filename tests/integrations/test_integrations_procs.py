@@ -28,6 +28,7 @@ def server() -> Iterator[ProviderServer]:
     s.stop()
 
 
+@pytest.mark.slow
 def test_eight_processes_share_one_root(coord: Coordinator, redis_url: str,
                                         server: ProviderServer) -> None:
     root = ExecutionContext(ExecutionConfig(max_cost_usd=0.5, max_steps=100_000,

@@ -107,11 +107,13 @@ def _many_processes(url: str, client: Any, *, lease: bool) -> None:
     quotas.coord.close()
 
 
+@pytest.mark.slow
 def test_twenty_processes_three_users_team_and_user_day_quotas(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     _many_processes(redis_url, client, lease=False)
 
 
+@pytest.mark.slow
 def test_twenty_processes_in_lease_mode(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     _many_processes(redis_url, client, lease=True)

@@ -7,6 +7,8 @@ import multiprocessing as mp
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coordinator import Coordinator
 from coordinator.sessions import (
     ExecutionSessionIdentity,
@@ -65,6 +67,7 @@ def _race(url: str, root: Path, path_ids: list[str], cap: int
     return results, made, active
 
 
+@pytest.mark.slow
 def test_twenty_processes_race_for_a_cap_of_three(coord: Coordinator, redis_url: str,
                                                   tmp_path: Path) -> None:
     results, made, active = _race(redis_url, tmp_path / "k",

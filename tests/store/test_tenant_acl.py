@@ -134,6 +134,7 @@ def live_events(http: Http, root: str) -> Generator[dict[str, object], None, Non
                 yield json.loads(line[6:])
 
 
+@pytest.mark.slow
 def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
         server: RedisServer, tmp_path: Path) -> None:
     admin = redis.Redis.from_url(url_of(server, "admin"), decode_responses=True)

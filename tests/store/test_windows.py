@@ -65,6 +65,7 @@ def fleet_worker(url: str, barrier: Any, out: Any) -> None:
 # -- across processes --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_eight_processes_share_windows_of_50_exactly(redis_url: str) -> None:
     barrier, out = SPAWN.Barrier(8), SPAWN.Queue()
     procs = [SPAWN.Process(target=fleet_worker, args=(redis_url, barrier, out))

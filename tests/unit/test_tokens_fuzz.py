@@ -8,6 +8,7 @@ import random
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -129,6 +130,7 @@ def _mutate(rng: random.Random, token: str) -> tuple[object, list[Any] | None]:
     return (token.encode() if rng.random() < 0.5 else token), None  # intact
 
 
+@pytest.mark.slow
 def test_a_hundred_thousand_mutations_only_ever_raise_token_errors() -> None:
     rng = random.Random(20261125)
     verdicts: Counter[str] = Counter()
