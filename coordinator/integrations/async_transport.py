@@ -1,39 +1,33 @@
-"""``AsyncBudgetTransport``: the async twin of ``BudgetTransport`` (transport.py), for
-``AsyncOpenAI``/``AsyncAnthropic``. The call's steps are driven on the store's I/O thread
-(``adrive``), so the event loop never waits on Redis; an abort cancels the request while
-it waits for the provider's headers and shuts the connection of a stream down."""
+"""``AsyncBudgetTransport``: an ``httpx2`` transport that budgets every request to a known
+LLM endpoint. Each request is one wrapped call: reserved from its body before a byte is
+sent, settled from its response's usage, a stream metered event by event and cut at what
+the call holds, an abort shutting its connection down (also while it waits for the
+response's headers). Any other request passes through untouched. The call's steps are
+driven by ``arun_steps`` and the request is sent by ``asend_request`` (transport_io.py).
+transport.py is generated from async_transport.py (tests/support/unasync.py)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx2
 
 from ..context.call import Outcome
 from ..context.cancellation import CancelledByContext
 from ..context.execution import ExecutionContext
-from ..context.executor import Executor
-from ..context.steps import Steps, adrive
 from ..models import Decision
 from .errors import BudgetExceededError
 from .exchange import Exchange, ProviderError, cut_connection
-from .prepare import (
-    TransportSettings,
-    is_event_stream,
-    parse_body,
-    rebuilt_response,
-)
+from .prepare import TransportSettings, is_event_stream, parse_body, rebuilt_response
 from .sse import EventSplitter
-from .transport import exchange_for
-
-T = TypeVar("T")
+from .transport_io import arun_steps, asend_request, exchange_for
 
 
 class AsyncBudgetTransport(httpx2.AsyncBaseTransport):
     """Budgets the LLM requests sent through ``inner`` (default: a new
-    ``httpx2.AsyncHTTPTransport``); see :class:`~.transport.BudgetTransport`."""
+    ``httpx2.AsyncHTTPTransport``) under ``context`` (default: ``current_context()`` at
+    each request). A refusal raises ``error_class`` (a :class:`BudgetExceededError`)."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport | None = None, *,
                  context: ExecutionContext | None = None,
@@ -49,21 +43,21 @@ class AsyncBudgetTransport(httpx2.AsyncBaseTransport):
         if budgeted is None:
             return await self.inner.handle_async_request(request)
         ex, ctx, request = budgeted
-        started = await _run(ex, ex.begin())
+        started = await arun_steps(ex, ex.begin())
         if isinstance(started, Outcome):
             raise ex.refusal(started, await _snapshot(ctx))
         try:
-            response = await _abortable(ex, lambda: self.inner.handle_async_request(request))
+            response = await asend_request(ex, self.inner, request)
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
             raise await _failed(ex, exc) from exc
         if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
             raw = await _read(ex, response)
             if response.status_code >= 400:
-                outcome = await _run(ex, ex.fail(ProviderError(response.status_code)))
+                outcome = await arun_steps(ex, ex.fail(ProviderError(response.status_code)))
                 if ex.stops(outcome):
                     raise ex.refusal(outcome or Outcome(Decision.HALT), await _snapshot(ctx))
             else:
-                await _run(ex, ex.complete(parse_body(response.headers, raw)))
+                await arun_steps(ex, ex.complete(parse_body(response.headers, raw)))
             return rebuilt_response(response, raw)
         ex.start_stream()
         return httpx2.Response(response.status_code, headers=response.headers,
@@ -72,39 +66,6 @@ class AsyncBudgetTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-
-
-async def _run(ex: Exchange, steps: Steps[T]) -> T:
-    return await adrive(steps, Executor(ex.state), ex.state.coord.io)
-
-
-async def _abortable(ex: Exchange, send: Callable[[], Awaitable[T]]) -> T:
-    """Await ``send()``, cancelled when the call is (abort, timeout) while it waits."""
-    assert ex.call is not None
-    token = ex.call.token
-    loop = asyncio.get_running_loop()
-    task = loop.create_task(_await(send))
-
-    def cancel(_reason: str) -> None:
-        try:
-            loop.call_soon_threadsafe(task.cancel)
-        except RuntimeError:  # the loop is closed: nothing waits any more
-            pass
-
-    unhook = token.on_cancel(cancel)
-    try:
-        return await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if token.cancelled and (current is None or not current.cancelling()):
-            raise CancelledByContext(token.reason or "cancelled") from None
-        raise
-    finally:
-        unhook()
-
-
-async def _await(send: Callable[[], Awaitable[T]]) -> T:
-    return await send()
 
 
 async def _read(ex: Exchange, response: httpx2.Response) -> bytes:
@@ -121,12 +82,13 @@ async def _read(ex: Exchange, response: httpx2.Response) -> bytes:
 
 
 async def _failed(ex: Exchange, exc: BaseException) -> BaseException:
-    """The async twin of transport._failed."""
+    """Settle a request that failed; the error to raise: the refusal when it was aborted
+    or spent the retry budget, else the failure itself (the SDK retries it)."""
     assert ex.call is not None
     token = ex.call.token
     if token.cancelled:
         exc = CancelledByContext(token.reason or "cancelled")
-    outcome = await _run(ex, ex.fail(exc))
+    outcome = await arun_steps(ex, ex.fail(exc))
     if ex.stops(outcome) or isinstance(exc, CancelledByContext):
         return ex.refusal(outcome or Outcome(Decision.HALT, reason="aborted"),
                           await _snapshot(ex.ctx))
@@ -141,7 +103,9 @@ async def _snapshot(ctx: ExecutionContext) -> Any:
 
 
 class AsyncMeteredBody(httpx2.AsyncByteStream):
-    """The async twin of transport.MeteredBody."""
+    """A streamed response's bytes, handed on as they are metered (the events each network
+    chunk completes, in one piece); the call settles when the stream ends, is cut, is
+    closed by its reader, or fails."""
 
     def __init__(self, ex: Exchange, response: httpx2.Response) -> None:
         self.ex = ex
@@ -162,7 +126,7 @@ class AsyncMeteredBody(httpx2.AsyncByteStream):
                     return
                 if call.token.cancelled:  # an HTTP/2 stream, whose connection is not cut
                     break
-            if call.token.cancelled:
+            if call.token.cancelled:  # the abort shut the connection, or was seen between reads
                 raise CancelledByContext(call.token.reason or "cancelled")
             rest = splitter.rest()
             if rest:
@@ -182,4 +146,4 @@ class AsyncMeteredBody(httpx2.AsyncByteStream):
         """Close the provider's stream; the call is charged what it metered."""
         await self.response.aclose()
         if not self.ex.finished:
-            await _run(self.ex, self.ex.complete(None))
+            await arun_steps(self.ex, self.ex.complete(None))

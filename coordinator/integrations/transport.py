@@ -1,9 +1,12 @@
-"""``BudgetTransport``: an ``httpx2`` transport that budgets every request to a known LLM
-endpoint (the sync one; ``AsyncBudgetTransport`` is in async_transport.py). Each request
-is one wrapped call: reserved from its body before a byte is sent, settled from its
-response's usage, a stream metered event by event and cut at what the call holds, an
-abort shutting its connection down (also while it waits for the response's headers).
-Any other request passes through untouched."""
+# Generated from async_transport.py by tests/support/unasync.py: edit that file, then run
+# `python -m tests.support.unasync`.
+"""``BudgetTransport``: an ``httpx2`` transport that budgets every request to a known
+LLM endpoint. Each request is one wrapped call: reserved from its body before a byte is
+sent, settled from its response's usage, a stream metered event by event and cut at what
+the call holds, an abort shutting its connection down (also while it waits for the
+response's headers). Any other request passes through untouched. The call's steps are
+driven by ``run_steps`` and the request is sent by ``send_request`` (transport_io.py).
+transport.py is generated from async_transport.py (tests/support/unasync.py)."""
 
 from __future__ import annotations
 
@@ -15,26 +18,18 @@ import httpx2
 from ..context.call import Outcome
 from ..context.cancellation import CancelledByContext
 from ..context.execution import ExecutionContext
-from ..context.executor import Executor
-from ..context.steps import drive
 from ..models import Decision
 from .errors import BudgetExceededError
-from .exchange import Exchange, ProviderError, cut_connection, cut_waiting
-from .prepare import (
-    TransportSettings,
-    context_for,
-    is_event_stream,
-    parse_body,
-    prepare,
-    rebuilt_response,
-)
+from .exchange import Exchange, ProviderError, cut_connection
+from .prepare import TransportSettings, is_event_stream, parse_body, rebuilt_response
 from .sse import EventSplitter
+from .transport_io import exchange_for, run_steps, send_request
 
 
 class BudgetTransport(httpx2.BaseTransport):
     """Budgets the LLM requests sent through ``inner`` (default: a new
-    ``httpx2.HTTPTransport``) under ``context`` (default: ``current_context()`` at each
-    request). A refusal raises ``error_class`` (a :class:`BudgetExceededError`)."""
+    ``httpx2.HTTPTransport``) under ``context`` (default: ``current_context()`` at
+    each request). A refusal raises ``error_class`` (a :class:`BudgetExceededError`)."""
 
     def __init__(self, inner: httpx2.BaseTransport | None = None, *,
                  context: ExecutionContext | None = None,
@@ -50,30 +45,26 @@ class BudgetTransport(httpx2.BaseTransport):
         if budgeted is None:
             return self.inner.handle_request(request)
         ex, ctx, request = budgeted
-        started = drive(ex.begin(), Executor(ex.state))
+        started = run_steps(ex, ex.begin())
         if isinstance(started, Outcome):
             raise ex.refusal(started, _snapshot(ctx))
-        assert ex.call is not None
-        unhook = ex.call.token.on_cancel(
-            lambda _reason: cut_waiting(self.inner, request.extensions))
         try:
-            response = self.inner.handle_request(request)
+            response = send_request(ex, self.inner, request)
         except BaseException as exc:  # noqa: BLE001 - every outcome must settle
             raise _failed(ex, exc) from exc
-        finally:
-            unhook()
         if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
             raw = _read(ex, response)
             if response.status_code >= 400:
-                outcome = drive(ex.fail(ProviderError(response.status_code)), Executor(ex.state))
+                outcome = run_steps(ex, ex.fail(ProviderError(response.status_code)))
                 if ex.stops(outcome):
                     raise ex.refusal(outcome or Outcome(Decision.HALT), _snapshot(ctx))
             else:
-                drive(ex.complete(parse_body(response.headers, raw)), Executor(ex.state))
+                run_steps(ex, ex.complete(parse_body(response.headers, raw)))
             return rebuilt_response(response, raw)
         ex.start_stream()
         return httpx2.Response(response.status_code, headers=response.headers,
-                               stream=MeteredBody(ex, response), extensions=response.extensions)
+                               stream=MeteredBody(ex, response),
+                               extensions=response.extensions)
 
     def close(self) -> None:
         self.inner.close()
@@ -84,7 +75,7 @@ def _read(ex: Exchange, response: httpx2.Response) -> bytes:
     assert ex.call is not None
     unhook = ex.call.token.on_cancel(lambda _reason: cut_connection(response.extensions))
     try:
-        return b"".join(response.stream)  # type: ignore[arg-type]
+        return b"".join([c for c in response.stream])  # type: ignore[union-attr]
     except BaseException as exc:  # noqa: BLE001 - every outcome must settle
         raise _failed(ex, exc) from exc
     finally:
@@ -99,7 +90,7 @@ def _failed(ex: Exchange, exc: BaseException) -> BaseException:
     token = ex.call.token
     if token.cancelled:
         exc = CancelledByContext(token.reason or "cancelled")
-    outcome = drive(ex.fail(exc), Executor(ex.state))
+    outcome = run_steps(ex, ex.fail(exc))
     if ex.stops(outcome) or isinstance(exc, CancelledByContext):
         return ex.refusal(outcome or Outcome(Decision.HALT, reason="aborted"),
                           _snapshot(ex.ctx))
@@ -111,28 +102,6 @@ def _snapshot(ctx: ExecutionContext) -> Any:
         return ctx.get_snapshot()
     except Exception:  # noqa: BLE001 - the refusal is raised without one
         return None
-
-
-def exchange_for(request: httpx2.Request, context: ExecutionContext | None,
-                 settings: TransportSettings, error_class: type[BudgetExceededError]
-                 ) -> tuple[Exchange, ExecutionContext, httpx2.Request] | None:
-    """The budgeted exchange of an LLM request, its context and the request to send;
-    None for a request to pass through untouched (not an LLM request, or no context
-    while ``require_context`` is off)."""
-    prepared = prepare(request, settings)
-    ctx = context_for(context) if prepared is not None else None
-    if prepared is None or ctx is None:
-        if prepared is not None and settings.require_context:
-            raise no_context(error_class)
-        return None
-    plan, request = prepared
-    return Exchange(ctx, plan, error_class, settings.operation_name), ctx, request
-
-
-def no_context(error_class: type[BudgetExceededError]) -> BudgetExceededError:
-    return error_class(decision=Decision.HALT, reason="no_context",
-                       detail="an LLM request was made outside any context "
-                              "(require_context is set)", chain_id="", snapshot=None)
 
 
 class MeteredBody(httpx2.SyncByteStream):
@@ -179,4 +148,4 @@ class MeteredBody(httpx2.SyncByteStream):
         """Close the provider's stream; the call is charged what it metered."""
         self.response.close()
         if not self.ex.finished:
-            drive(self.ex.complete(None), Executor(self.ex.state))
+            run_steps(self.ex, self.ex.complete(None))
