@@ -46,10 +46,7 @@ class AsyncBudgetTransport(httpx2.AsyncBaseTransport):
         started = await arun_steps(ex, ex.begin())
         if isinstance(started, Outcome):
             raise ex.refusal(started, await _snapshot(ctx))
-        try:
-            response = await asend_request(ex, self.inner, request)
-        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
-            raise await _failed(ex, exc) from exc
+        response = await asend_request(ex, self.inner, request, _failed)
         if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
             raw = await _read(ex, response)
             if response.status_code >= 400:

@@ -48,10 +48,7 @@ class BudgetTransport(httpx2.BaseTransport):
         started = run_steps(ex, ex.begin())
         if isinstance(started, Outcome):
             raise ex.refusal(started, _snapshot(ctx))
-        try:
-            response = send_request(ex, self.inner, request)
-        except BaseException as exc:  # noqa: BLE001 - every outcome must settle
-            raise _failed(ex, exc) from exc
+        response = send_request(ex, self.inner, request, _failed)
         if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
             raw = _read(ex, response)
             if response.status_code >= 400:

@@ -55,26 +55,40 @@ async def arun_steps(ex: Exchange, steps: Steps[T]) -> T:
     return await adrive(steps, Executor(ex.state), ex.state.coord.io)
 
 
-def send_request(ex: Exchange, inner: httpx2.BaseTransport,
-                 request: httpx2.Request) -> httpx2.Response:
+def send_request(ex: Exchange, inner: httpx2.BaseTransport, request: httpx2.Request,
+                 failed: Callable[[Exchange, BaseException], BaseException]
+                 ) -> httpx2.Response:
     """``inner``'s response; an abort while it waits for the headers shuts down the
-    connection it waits on (``cut_waiting``)."""
+    connection it waits on (``cut_waiting``). A failure raises ``failed(ex, exc)``,
+    settled while the abort is still hooked."""
     assert ex.call is not None
     unhook = ex.call.token.on_cancel(lambda _reason: cut_waiting(inner, request.extensions))
     try:
         return inner.handle_request(request)
+    except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+        raise failed(ex, exc) from exc
     finally:
         unhook()
 
 
 async def asend_request(ex: Exchange, inner: httpx2.AsyncBaseTransport,
-                        request: httpx2.Request) -> httpx2.Response:
+                        request: httpx2.Request,
+                        failed: Callable[[Exchange, BaseException], Awaitable[BaseException]]
+                        ) -> httpx2.Response:
     """``inner``'s response, awaited in a task that an abort (or the call's timeout)
-    cancels while it waits."""
+    cancels while it waits. A failure raises ``await failed(ex, exc)``."""
+    try:
+        return await _abortable(ex, lambda: inner.handle_async_request(request))
+    except BaseException as exc:  # noqa: BLE001 - every outcome must settle
+        raise await failed(ex, exc) from exc
+
+
+async def _abortable(ex: Exchange, send: Callable[[], Awaitable[T]]) -> T:
+    """Await ``send()``, cancelled when the call is (abort, timeout) while it waits."""
     assert ex.call is not None
     token = ex.call.token
     loop = asyncio.get_running_loop()
-    task = loop.create_task(_await(lambda: inner.handle_async_request(request)))
+    task = loop.create_task(_await(send))
 
     def cancel(_reason: str) -> None:
         try:
