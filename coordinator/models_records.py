@@ -11,6 +11,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import Field
 
+from .core import vocabulary
 from .core.vocabulary import CallCount
 from .models_base import _Frozen
 from .models_config import ChainMetadata
@@ -102,8 +103,7 @@ class _NodeKeys(TypedDict):
     node_id: str
     kind: NodeKind
     start_ts: float
-    status: str
-    """A :data:`NodeStatus` (core/vocabulary.py ``NodeStatus``)."""
+    status: vocabulary.NodeStatus
 
 
 class NodeFields(_NodeKeys, total=False):

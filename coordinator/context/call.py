@@ -19,6 +19,7 @@ from typing import Any, Literal
 from ..core.amounts import micro_to_usd, reserve_amounts
 from ..core.charging_rules import Charge, strict_refusal
 from ..core.usage import Usage, UsageCollector
+from ..core.vocabulary import FinishOutcome, NodeStatus, StopReason
 from ..data.chain import capability_called
 from ..errors import BackendUnavailableError
 from ..models import Decision, WrapOptions
@@ -41,8 +42,10 @@ from .steps import Steps
 log = logging.getLogger("coordinator")
 
 Kind = Literal["llm", "tool"]
-_REPLAYED = {"ok": Decision.ALLOW, "error": Decision.RETRY, "skip": Decision.HALT,
-             "halted": Decision.HALT}
+REPLAYED_DECISIONS = {FinishOutcome.OK: Decision.ALLOW, FinishOutcome.ERROR: Decision.RETRY,
+                      FinishOutcome.SKIP: Decision.HALT, FinishOutcome.HALTED: Decision.HALT}
+"""What a replayed call decides, by how its first delivery finished (reserve.lua's
+replay reply)."""
 MAX_OFFLINE_EVENTS = 1000
 """The events kept of calls refused while Redis was away (the latest; older are dropped)."""
 
@@ -107,10 +110,12 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
         return (yield from halt(state, kind, opts, call_id, state.stopped,
                                 f"stopped: {state.stopped}"))
     if state.closed:
-        return (yield from halt(state, kind, opts, call_id, "closed", "context is closed"))
+        return (yield from halt(state, kind, opts, call_id, StopReason.CLOSED,
+                                "context is closed"))
     unpriced = strict_refusal(opts.model, opts.provider, state.coord.charging)
     if unpriced is not None:
-        return (yield from halt(state, kind, opts, call_id, "unpriced_model", unpriced))
+        return (yield from halt(state, kind, opts, call_id, StopReason.UNPRICED_MODEL,
+                                unpriced))
     # an LLM call holds at least the floor it is charged if it reports nothing
     amounts = reserve_amounts(opts, state.coord.charging.floor_micro if kind == "llm" else 0)
     lease = slice_of(state)
@@ -148,18 +153,18 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
             # The reserve may have landed without its reply: withdraw it (charging
             # nothing) with the next round trip; if it lands after that, its lease ends it.
             # (A keyed id is left to its lease: a release would mark it finished.)
-            yield Finish(state.path, call_id, "skip", None, [], write_behind=True)
+            yield Finish(state.path, call_id, FinishOutcome.SKIP, None, [], write_behind=True)
         if state.coord.fail_open:
             log.warning("Redis unavailable; running %s without a budget (fail_open)", call_id)
             return _new_call(state, owner, kind, opts, call_id, amounts, reserved=False)
         err = BackendUnavailableError("reserve", exc)
-        return (yield from halt(state, kind, opts, call_id, "backend_unavailable", str(err),
-                                offline=True))
+        return (yield from halt(state, kind, opts, call_id, StopReason.BACKEND_UNAVAILABLE,
+                                str(err), offline=True))
     if served:
         return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts,
                                             lease=lease)))
     if isinstance(res, Replayed):  # finished in an earlier delivery of the same work
-        return Outcome(_REPLAYED[res.outcome], reason="replayed",
+        return Outcome(REPLAYED_DECISIONS[FinishOutcome(res.outcome)], reason="replayed",
                        detail=f"call {call_id} already finished ({res.outcome})")
     if not isinstance(res, Held):
         level_id = state.path.ids[res.level] if res.level >= 0 else state.ctx_id
@@ -196,17 +201,17 @@ def _admit(call: Call) -> Steps[Call | Outcome]:
     except GeneratorExit:
         raise
     except BaseException:  # a hook failed: the call never runs, its hold goes
-        yield from _withdraw(call, "error")
+        yield from _withdraw(call, NodeStatus.ERROR)
         raise
     if refusal is not None:
-        yield from _withdraw(call, "halted", refusal.reason)
+        yield from _withdraw(call, NodeStatus.HALTED, refusal.reason)
         if call.token is not state.cancellation_token:
             call.token.detach()
         return Outcome(refusal.decision, reason=refusal.reason, detail=refusal.detail)
     return call
 
 
-def _withdraw(call: Call, status: str, refused_by: str | None = None) -> Steps[None]:
+def _withdraw(call: Call, status: NodeStatus, refused_by: str | None = None) -> Steps[None]:
     """Give back the hold of a call that will not run, without waiting: its slice's
     promise, or a queued release of its reservation (``refused_by``: the refusal's
     reason, counted as one)."""
@@ -217,7 +222,7 @@ def _withdraw(call: Call, status: str, refused_by: str | None = None) -> Steps[N
     if call.lease is not None:
         release_promise(call.lease, call.held, record)
         return
-    yield Finish(state.path, call.call_id, "skip", record, [], write_behind=True)
+    yield Finish(state.path, call.call_id, FinishOutcome.SKIP, record, [], write_behind=True)
 
 
 def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
@@ -237,7 +242,7 @@ def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
     token = state.cancellation_token
     if opts.timeout_ms:
         token = CancellationToken(parent=state.cancellation_token)
-        state.coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel("timeout"))
+        state.coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel(StopReason.TIMEOUT))
     return Call(state, owner, call_id, kind, opts, amounts, tool_ctx, token,
                 parent_call=parent_call.call_id if parent_call else None, reserved=reserved,
                 lease=lease)
@@ -262,7 +267,8 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
         if len(events) > 2 * MAX_OFFLINE_EVENTS:
             del events[:-MAX_OFFLINE_EVENTS]
         return outcome
-    status = reason if reason in ("aborted", "timeout") else "halted"
+    status = (NodeStatus(reason) if reason in (StopReason.ABORTED, StopReason.TIMEOUT)
+              else NodeStatus.HALTED)
     now = time.time()
     record: NodeFields = {
         "node_id": call_id, "kind": kind, "operation_name": opts.operation_name,
@@ -274,7 +280,7 @@ def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reaso
 
 # -- after: what it spent, and how it ended ----------------------------------------------
 
-def node(call: Call, status: str, *, charge: Charge | None = None, retries: int = 0,
+def node(call: Call, status: NodeStatus, *, charge: Charge | None = None, retries: int = 0,
          steps: int = 0, usage: Usage | None = None, error: BaseException | None = None
          ) -> NodeFields:
     """The node record of a call: what it was charged and by which rule, what it
@@ -308,7 +314,7 @@ def record_capability(call: Call, *, result: Any = None,
                       fn=call.fn, result=result, error=error)
 
 
-def finish(call: Call, outcome: str, record: NodeFields, amounts: list[str | int], *,
+def finish(call: Call, outcome: FinishOutcome, record: NodeFields, amounts: list[str | int], *,
            write_behind: bool) -> Steps[list[Stop]]:
     """Settle or release the call's reservation; apply the stops it caused here."""
     call.settled = record

@@ -8,6 +8,7 @@ import secrets
 import time
 
 from ..core.amounts import micro_to_usd, usd_to_micro
+from ..core.vocabulary import NodeStatus
 from ..errors import BackendUnavailableError, ContextNotFoundError, InvalidCostError
 from ..models import MAX_USD, check_usd
 from ..models_records import NodeFields
@@ -34,7 +35,7 @@ def propagate_child_cost(state: ContextState, cost_usd: float) -> None:
     charge_id = secrets.token_hex(16)
     now = time.time()
     node: NodeFields = {"node_id": charge_id, "kind": "charge", "start_ts": now, "end_ts": now,
-            "operation_name": "propagate_child_cost", "status": "ok",
+            "operation_name": "propagate_child_cost", "status": NodeStatus.OK,
             "cost_usd": micro_to_usd(micro)}
     try:
         state.ensure_open()

@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Sequence
 from functools import partial
 
+from ..core.vocabulary import FinishOutcome
 from ..models_records import NodeFields
 from ..store.requests import Reap, TakeSlice, WriteSlice
 from ..store.tree import Stop
@@ -46,7 +47,7 @@ def take_slice(state: ContextState, lease: LeaseSlice, amounts: Sequence[str | i
     return bool(served) and state.stopped is None
 
 
-def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: str,
+def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: FinishOutcome,
                   record: NodeFields, amounts: Sequence[str | int], *, now: bool
                   ) -> Steps[list[Stop]]:
     """Settle a call served from the slice: counted in the batch without a request, unless
@@ -61,7 +62,7 @@ def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: str,
 def release_promise(lease: LeaseSlice, held: dict[str, int], record: NodeFields) -> None:
     """Give back the promise of a served call that will not run (a hook refused it or
     failed), without waiting: a write it calls for goes to a background thread."""
-    action = lease.settle(held, "skip", record, [], now=False)
+    action = lease.settle(held, FinishOutcome.SKIP, record, [], now=False)
     if action is not None:
         lease.coord.call_later(0, partial(_write, lease, action))
 

@@ -7,6 +7,7 @@ import time
 
 from ..core.amounts import micro_to_usd
 from ..core.paths import Path
+from ..core.vocabulary import NodeStatus
 from ..models_records import NodeFields
 from ..store.leases_store import LeaseStore, is_slice
 from ..store.requests import Expired
@@ -23,7 +24,7 @@ def reap(state: ContextState, path: Path, expired: Expired) -> None:
             continue
         lost: NodeFields = {
             "node_id": reservation_id, "kind": "llm", "operation_name": "(lease expired)",
-            "start_ts": now, "end_ts": now, "status": "lost",
+            "start_ts": now, "end_ts": now, "status": NodeStatus.LOST,
             "cost_usd": micro_to_usd(record.held_amount("usd")),
             "input_tokens": record.held_amount("tin"),
             "output_tokens": record.held_amount("tout")}

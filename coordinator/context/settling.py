@@ -11,6 +11,7 @@ from typing import Any
 from ..core.amounts import actual_amounts, micro_to_usd, usd_to_micro
 from ..core.charging_rules import Charge, Ended, charge
 from ..core.usage import Usage, usage_from_response
+from ..core.vocabulary import FinishOutcome, NodeStatus, StopReason
 from ..errors import (
     DeadlineExceededError,
     InvalidCostError,
@@ -28,8 +29,8 @@ from .steps import Steps
 
 # Errors raised by tool code that mean "a limit stops me" (the Limits specification).
 _LIMIT_ERRORS: dict[type[Exception], str] = {
-    DeadlineExceededError: "timeout",
-    TokenBudgetExceededError: "token_budget_exceeded",
+    DeadlineExceededError: StopReason.TIMEOUT,
+    TokenBudgetExceededError: StopReason.TOKEN_BUDGET_EXCEEDED,
 }
 _INVALID = (InvalidCostError, InvalidUsageError)
 
@@ -85,9 +86,10 @@ def complete(call: Call, result: Any) -> Steps[Outcome]:
         amounts = actual_amounts(ch.cost, ch.tin, ch.tout, ch.provider)
         within = all(int(amounts[i + 1]) <= call.held.get(str(amounts[i]), 0)
                      for i in range(0, len(amounts), 2))
-        record = node(call, "ok" if unreadable is None else "error", charge=ch, steps=1,
+        record = node(call, NodeStatus.OK if unreadable is None else NodeStatus.ERROR,
+                      charge=ch, steps=1,
                       usage=usage, error=unreadable)
-        yield from finish(call, "ok", record, amounts, write_behind=within)
+        yield from finish(call, FinishOutcome.OK, record, amounts, write_behind=within)
     if unreadable is not None:
         raise InvalidUsageError(f"call {call.call_id} ran, but its usage cannot be "
                                 f"charged ({unreadable}); it was charged "
@@ -107,7 +109,7 @@ def caller_bug(call: Call, bug: CallerBug) -> Steps[None]:
         return
     if state.circuit_breaker is not None:
         yield ReleaseProbe()
-    yield from finish(call, "skip", node(call, "error", error=bug.error), [],
+    yield from finish(call, FinishOutcome.SKIP, node(call, NodeStatus.ERROR, error=bug.error), [],
                       write_behind=True)
 
 
@@ -135,34 +137,35 @@ def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
     if not is_exception:
         # Interpreter exits and outer cancellations propagate, never retried: the run
         # counts a step, and what it reported is still charged.
-        record = node(call, "error", charge=ch, steps=1, usage=usage, error=exc)
-        yield from finish(call, "ok", record, amounts, write_behind=True)
+        record = node(call, NodeStatus.ERROR, charge=ch, steps=1, usage=usage, error=exc)
+        yield from finish(call, FinishOutcome.OK, record, amounts, write_behind=True)
         return None
     limit_error = next((r for t, r in _LIMIT_ERRORS.items() if isinstance(exc, t)), None)
     if limit_error is not None:
         # A tool gave up on a limit (Limits specification): a step, no retry.
-        record = node(call, "timeout" if limit_error == "timeout" else "halted",
+        record = node(call, NodeStatus.TIMEOUT if limit_error == StopReason.TIMEOUT
+                      else NodeStatus.HALTED,
                       charge=ch, steps=1, usage=usage, error=exc)
-        yield from finish(call, "ok", record, amounts, write_behind=False)
+        yield from finish(call, FinishOutcome.OK, record, amounts, write_behind=False)
         yield _event(state, limit_error, f"{type(exc).__name__}: {exc}",
                      node_id=call.call_id, scope="tool")
         return Outcome(Decision.HALT, reason=limit_error, detail=str(exc), error=exc)
     if not retry:  # raised at once: its run counts as a step
-        record = node(call, "error", charge=ch, steps=1, usage=usage, error=exc)
-        yield from finish(call, "ok", record, amounts, write_behind=False)
+        record = node(call, NodeStatus.ERROR, charge=ch, steps=1, usage=usage, error=exc)
+        yield from finish(call, FinishOutcome.OK, record, amounts, write_behind=False)
         yield note_failure(state, call.call_id, exc, Decision.HALT)
         return None
     decision = Decision.RETRY
     if not isinstance(exc, _INVALID) and (state.pipeline is not None
                                           or state.circuit_breaker is not None):
         decision = yield AfterRaise(call.tool_ctx, exc)
-    record = node(call, "error", charge=ch, retries=1, usage=usage, error=exc)
-    stops = yield from finish(call, "error", record, amounts, write_behind=False)
+    record = node(call, NodeStatus.ERROR, charge=ch, retries=1, usage=usage, error=exc)
+    stops = yield from finish(call, FinishOutcome.ERROR, record, amounts, write_behind=False)
     yield note_failure(state, call.call_id, exc, decision)
     if isinstance(exc, _INVALID):
         return None  # a bad report is raised, as before, once its retry is counted
-    if any(s.reason == "retry_budget_exceeded" for s in stops) or (
-        state.stopped == "retry_budget_exceeded"
+    if any(s.reason == StopReason.RETRY_BUDGET_EXCEEDED for s in stops) or (
+        state.stopped == StopReason.RETRY_BUDGET_EXCEEDED
     ):
         yield _event(state, "provider_error",
                      f"{type(exc).__name__}: {exc} (retry budget exhausted)",
@@ -176,13 +179,14 @@ def _cancelled(call: Call, exc: CancelledByContext, usage: Usage | None) -> Step
     """Work was in flight when it was cancelled: charge what it reported, else its
     estimate (it may have been billed); its run counts a step (it is not retried)."""
     state = call.state
-    reason = exc.reason if exc.reason in ("aborted", "timeout") else "aborted"
+    reason = (StopReason(exc.reason) if exc.reason in (StopReason.ABORTED, StopReason.TIMEOUT)
+              else StopReason.ABORTED)
     ch = yield from charged(call, usage, "cancelled", None)
-    record = node(call, reason, charge=ch, steps=1, usage=usage, error=exc)
-    yield from finish(call, "ok", record, actual_amounts(ch.cost, ch.tin, ch.tout,
-                                                         ch.provider), write_behind=False)
+    record = node(call, NodeStatus(reason), charge=ch, steps=1, usage=usage, error=exc)
+    amounts = actual_amounts(ch.cost, ch.tin, ch.tout, ch.provider)
+    yield from finish(call, FinishOutcome.OK, record, amounts, write_behind=False)
     if not state.cancellation_token.cancelled:  # the call's own timeout
-        yield _event(state, "timeout", f"call exceeded {call.options.timeout_ms} ms",
+        yield _event(state, StopReason.TIMEOUT, f"call exceeded {call.options.timeout_ms} ms",
                      node_id=call.call_id, scope="call")
     return Outcome(Decision.HALT, reason=reason, error=exc)
 

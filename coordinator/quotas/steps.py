@@ -9,11 +9,12 @@ from collections.abc import Generator, Sequence
 from typing import Any, TypeGuard
 
 from ..core.paths import Path
+from ..core.vocabulary import StopReason
 from ..store.requests import Reserve, StoreRequest, TopUp
 from ..store.tree import Held, Refused, Replayed
 from .keeper import MAX_STEPS
 
-GRANT_SHORT = "quota_grant"
+GRANT_SHORT = StopReason.QUOTA_GRANT
 """reserve.lua's refusal reason when a quota grant of the root cannot cover the call."""
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from ..core.contracts import LEASE_FLUSH, LEASE_RETURN, LEASE_TAKE
 from ..core.paths import Path
 from ..core.script_constants import NODE_STREAM_CAP
+from ..core.vocabulary import NodeStatus
 from ..models_records import NodeFields, encode_node
 from .records import ReservationRecord
 from .tree import Stop, Store, decode_stops
@@ -138,7 +139,8 @@ class LeaseStore:
         now = time.time()
         node: NodeFields = {
             "node_id": slice_id, "kind": "llm", "operation_name": "(lease slice reclaimed)",
-            "start_ts": now, "end_ts": now, "status": "halted", "cost_usd": 0.0}
+            "start_ts": now, "end_ts": now, "status": NodeStatus.HALTED,
+            "cost_usd": 0.0}
         self.wire.queue(Op(LEASE_RETURN.script, self._keys(path), LEASE_RETURN.arg_list(
             slice_id=slice_id, node=encode_node(node), node_cap=NODE_STREAM_CAP,
             abort_channel=self.ks.abort_channel, ledger_channel=self.ks.ledger_channel)))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..core.paths import Path
+from ..core.vocabulary import FinishOutcome
 from ..models_records import NodeFields
 from .records import ReservationRecord
 from .tree import Stop
@@ -44,7 +45,7 @@ class Finish:
 
     path: Path
     reservation_id: str
-    outcome: str
+    outcome: FinishOutcome
     node: NodeFields | None
     amounts: Sequence[str | int]
     write_behind: bool

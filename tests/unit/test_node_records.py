@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from coordinator import NodeRecord
+from coordinator.core.vocabulary import NodeStatus
 from coordinator.models_records import NodeFields, encode_node
 
 
@@ -18,7 +19,7 @@ def test_the_written_fields_are_the_record_s_fields() -> None:
 def test_a_written_record_reads_back_with_the_keys_it_was_given() -> None:
     fields: NodeFields = {"node_id": "n1", "kind": "llm", "operation_name": "summarise",
                           "start_ts": 1_700_000_000.5, "end_ts": 1_700_000_001.0,
-                          "status": "halted", "stop_reason": "budget_exceeded",
+                          "status": NodeStatus.HALTED, "stop_reason": "budget_exceeded",
                           "stop_detail": "cost 1.0 of 1.0"}
     text = encode_node(fields)
     assert list(json.loads(text)) == list(fields)  # nothing added, nothing renamed
