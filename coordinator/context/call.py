@@ -20,7 +20,7 @@ from ..core.amounts import micro_to_usd, reserve_amounts
 from ..core.charging_rules import Charge, strict_refusal
 from ..core.usage import Usage, UsageCollector
 from ..core.vocabulary import FinishOutcome, NodeStatus, StopReason
-from ..data.chain import capability_called
+from ..data.chain import capability_event
 from ..errors import BackendUnavailableError
 from ..models import Decision, WrapOptions
 from ..models_records import NodeFields, encode_node
@@ -28,7 +28,7 @@ from ..quotas.steps import grant_short, refill_and_reserve
 from ..shield.pipeline import ToolCallContext
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
-from ..store.requests import Finish, Flush, Open, Reap, Refusal, Reserve, Settled
+from ..store.requests import ChainEvent, Finish, Flush, Open, Reap, Refusal, Reserve, Settled
 from ..store.tree import Held, Refused, Replayed, Stop
 from .cancellation import CancellationToken
 from .failures import add_error
@@ -305,13 +305,15 @@ def node(call: Call, status: NodeStatus, *, charge: Charge | None = None, retrie
 
 
 def record_capability(call: Call, *, result: Any = None,
-                      error: BaseException | None = None) -> None:
+                      error: BaseException | None = None) -> Steps[None]:
     """Queue the CapabilityCall event of a tool call on its tree's causal chain
     (coordinator/data/chain.py: digests and sizes only, never the data)."""
     state = call.state
-    capability_called(state.coord, state.path, state.metadata,
-                      operation=call.options.operation_name, node_id=call.call_id,
-                      fn=call.fn, result=result, error=error)
+    event = capability_event(state.path, state.metadata,
+                             operation=call.options.operation_name, node_id=call.call_id,
+                             fn=call.fn, result=result, error=error)
+    if event is not None:
+        yield ChainEvent(state.path.root, event)
 
 
 def finish(call: Call, outcome: FinishOutcome, record: NodeFields, amounts: list[str | int], *,

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..quotas.keeper import keeper_of
+from ..store.data import DataStore
 from ..store.errors import UNAVAILABLE
 from ..store.requests import (
+    ChainEvent,
     Event,
     Finish,
     Flush,
@@ -105,6 +107,11 @@ def _refusal(state: ContextState, r: Refusal) -> None:
     state.coord.schedule_flush()
 
 
+def _chain_event(state: ContextState, r: ChainEvent) -> None:
+    DataStore(state.store).queue_chain_event(r.root, r.event)
+    state.coord.schedule_flush()
+
+
 def _event(state: ContextState, r: Event) -> None:
     if r.once is None:
         state.store.queue_event(r.path, r.event)
@@ -116,7 +123,7 @@ def _event(state: ContextState, r: Event) -> None:
 _RUN: dict[type, Callable[[ContextState, Any], Any]] = {
     Reserve: _reserve, Finish: _finish, Open: _open, Flush: _flush, TopUp: _top_up,
     TakeSlice: _take_slice, WriteSlice: _write_slice, ReapRequest: _reap,
-    Refusal: _refusal, Event: _event, BeforeCall: before_call, AfterReturn: after_return,
-    AfterRaise: after_raise, ReleaseProbe: release_probe,
+    Refusal: _refusal, Event: _event, ChainEvent: _chain_event, BeforeCall: before_call,
+    AfterReturn: after_return, AfterRaise: after_raise, ReleaseProbe: release_probe,
 }
 """Each request type's runner."""

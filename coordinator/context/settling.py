@@ -62,7 +62,7 @@ def complete(call: Call, result: Any) -> Steps[Outcome]:
     carries) is charged, and written behind when it fits in what was held."""
     state = call.state
     if call.kind == "tool":
-        record_capability(call, result=result)
+        yield from record_capability(call, result=result)
     invalid = call.collector.invalid
     usage = call.collector.usage
     unreadable: Exception | None = None
@@ -118,7 +118,7 @@ def fail(call: Call, exc: BaseException) -> Steps[Outcome | None]:
     exits, outer cancellations, invalid usage reports, errors that are not retryable)."""
     state = call.state
     if call.kind == "tool":
-        record_capability(call, error=exc)
+        yield from record_capability(call, error=exc)
     usage = call.collector.usage
     is_exception = isinstance(exc, Exception)
     retry = is_exception and retryable(exc, call.options)

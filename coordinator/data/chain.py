@@ -66,13 +66,19 @@ def _emit(coord: Coordinator, path: Path, meta: ChainMetadata, event_type: str,
 
 def _queue(coord: Coordinator, path: Path, meta: ChainMetadata, event_type: str,
            reason: str, decision: Decision, fields: dict[str, Any]) -> None:
+    event_json = _event_json(path, meta, event_type, reason, decision, fields)
+    DataStore(coord.store).queue_chain_event(path.root, event_json)
+    coord.schedule_flush()
+
+
+def _event_json(path: Path, meta: ChainMetadata, event_type: str, reason: str,
+                decision: Decision, fields: dict[str, Any]) -> str:
     event = SafetyEvent(event_type=event_type, decision=decision, reason=reason, hook=HOOK,
                         request_id=meta.request_id,
                         metadata={"chain_id": path.ctx_id, "step_id": path.ctx_id,
                                   "parent_chain_id": path.parent_id, **_linkage(meta),
                                   **fields})
-    DataStore(coord.store).queue_chain_event(path.root, event.model_dump_json())
-    coord.schedule_flush()
+    return event.model_dump_json()
 
 
 def read_chain(coord: Coordinator, root_id: str, chain_id: str | None = None
@@ -116,12 +122,13 @@ def step_closed(ctx: Any, coord: Coordinator, path: Path, meta: ChainMetadata) -
               Decision.HALT, step_name=step.name, error=step.failure)
 
 
-def capability_called(coord: Coordinator, path: Path, meta: ChainMetadata, *,
-                      operation: str, node_id: str, fn: Any, result: Any = None,
-                      error: BaseException | None = None) -> None:
-    """Record one wrapped tool call: its operation, and the digest and size of its
-    arguments (those of a ``functools.partial``; a closure's are not visible) and of
-    its result."""
+def capability_event(path: Path, meta: ChainMetadata, *, operation: str, node_id: str,
+                     fn: Any, result: Any = None, error: BaseException | None = None
+                     ) -> str | None:
+    """The CapabilityCall event (JSON) of one wrapped tool call, for the tree's chain
+    stream (``DataStore.queue_chain_event``): its operation, and the digest and size of
+    its arguments (those of a ``functools.partial``; a closure's are not visible) and of
+    its result. None when it cannot be built (the call goes on unrecorded)."""
     fields: dict[str, Any] = {"operation": operation, "node_id": node_id}
     try:
         args: Any = None
@@ -138,5 +145,9 @@ def capability_called(coord: Coordinator, path: Path, meta: ChainMetadata, *,
     else:
         fields["error"] = type(error).__name__
         reason = f"capability {operation!r} raised {type(error).__name__}"
-    _emit(coord, path, meta, "CapabilityCall", reason,
-          Decision.ALLOW if error is None else Decision.RETRY, **fields)
+    try:
+        return _event_json(path, meta, "CapabilityCall", reason,
+                           Decision.ALLOW if error is None else Decision.RETRY, fields)
+    except Exception:  # noqa: BLE001 - the chain is a record: the call goes on
+        log.warning("could not record CapabilityCall for %s", path.ctx_id, exc_info=True)
+        return None

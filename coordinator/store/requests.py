@@ -147,5 +147,15 @@ class Event:
     waits: ClassVar[bool] = False
 
 
+@dataclass(frozen=True)
+class ChainEvent:
+    """Append an event (JSON) to the causal chain of tree ``root`` (data/chain.py).
+    Queued. Reply: None."""
+
+    root: str
+    event: str
+    waits: ClassVar[bool] = False
+
+
 StoreRequest = Reserve | Finish | Open | Flush | TopUp | TakeSlice | WriteSlice | Reap | \
-    Refusal | Event
+    Refusal | Event | ChainEvent

@@ -20,7 +20,7 @@ from coordinator.errors import DeadlineExceededError
 from coordinator.runtime.coordinator import Coordinator
 from coordinator.shield.pipeline import ShieldPipeline
 from coordinator.store.replies import Held, Stop
-from coordinator.store.requests import Event, Finish, Reserve, Settled
+from coordinator.store.requests import ChainEvent, Event, Finish, Reserve, Settled
 from tests.unit.scripted import Script, context_state, offline_coordinator
 
 NOW = 1_700_000_000_000
@@ -172,3 +172,17 @@ def test_the_breaker_hears_failures_and_frees_probes(coord: Coordinator) -> None
     assert isinstance(call2, Call)
     script2 = Script([(ReleaseProbe, None), (Finish, SETTLED), (Event, None)])
     assert drive(fail(call2, RuntimeError("not the provider's")), script2) is None
+
+
+def test_a_tool_call_records_its_capability_call_on_the_chain(state: ContextState) -> None:
+    call = drive(begin(state, object(), "tool", WrapOptions(operation_name="search")),
+                 Script([(Reserve, Held(NOW, []))]))
+    assert isinstance(call, Call)
+    script = Script([(ChainEvent, None), (Finish, Settled([], True))])
+    drive(complete(call, {"hits": 3}), script)
+    chain = script.asked[0]
+    assert isinstance(chain, ChainEvent) and chain.root == "root"
+    event = json.loads(chain.event)
+    assert event["event_type"] == "CapabilityCall"
+    assert event["metadata"]["operation"] == "search"
+    assert event["metadata"]["result_size"] == len(b'{"hits":3}')
