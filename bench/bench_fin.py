@@ -8,7 +8,7 @@ redis-server started here; the figure is the Redis main thread's CPU per script 
   none          TIME only: the unit
   zadd          + ZADD of the finished id (what every settle must do)
   zadd+trim/16  + ZREMRANGEBYSCORE of the ids older than an hour on one call in 16
-                (by Redis ms), as lua/lib.lua does
+                (by Redis ms), as lua/lib/finished_ids.lua does
   zadd+trim     + that trim on every call (the earlier form)
 
 Run: .venv/bin/python bench/bench_fin.py [--calls 20000] [--rounds 5]

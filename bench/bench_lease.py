@@ -284,10 +284,16 @@ def _reserve_dissected(client: redis.Redis, store: Any, path: Any,
     """reserve.lua's EVALSHA usec against a bare script and against its libraries
     alone (the files the loader composes, read as they are), and the usec of the commands
     it calls: what the libraries' loading and a ``redis.call`` cost beyond the commands."""
-    from coordinator.store.scripts import lua_dir, prelude, script_source
+    from coordinator.store.scripts import (
+        declared,
+        libraries_source,
+        lua_dir,
+        prelude,
+        script_source,
+    )
 
-    libraries = prelude() + "\n".join((lua_dir() / name).read_text()
-                                      for name in ("lib.lua", "quota_lib.lua"))
+    uses = declared((lua_dir() / "reserve.lua").read_text(), "uses")
+    libraries = prelude() + libraries_source(uses)
     keys = [store.ks.reservations(path.root), store.ks.leases(path.root),
             *store._level_keys(path), store.ks.done(path.root)]
     variants = {

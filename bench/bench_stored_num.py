@@ -1,5 +1,5 @@
-"""Cost of lib.lua's strict stored_num against a plain tonumber check, side by side in
-one script run inside Redis (interleaved rounds, Redis TIME around each), as the ratio
+"""Cost of lua/lib/numbers.lua's strict stored_num against a plain tonumber check, side by
+side in one script run inside Redis (interleaved rounds, Redis TIME around each), as the ratio
 strict / tonumber per parsed field and per reserve.lua call at depth 1 and 8.
 
 Run: .venv/bin/python bench/bench_stored_num.py [--rounds 20] [--n 50000]
@@ -14,9 +14,9 @@ import redis
 from short_run import parse  # bench/short_run.py
 
 from coordinator.embedded import RedisServer
-from coordinator.store.scripts import lua_dir, prelude
+from coordinator.store.scripts import libraries_source, prelude
 
-# the check lib.lua made before the strict parser: tonumber, then range and integrality
+# the check the scripts made before the strict parser: tonumber, then range and integrality
 _LOOSE = """
 local function loose_num(v)
   if v == nil or v == false then return nil end
@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--n", type=int, default=50_000)
     args = parse(ap, rounds=1, n=1000)
-    source = prelude() + (lua_dir() / "lib.lua").read_text() + _LOOSE + _BENCH
+    source = prelude() + libraries_source(["numbers"]) + _LOOSE + _BENCH
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url)
         script = client.register_script(source)

@@ -131,7 +131,7 @@ class NodeFields(_NodeKeys, total=False):
 
 def encode_node(fields: NodeFields) -> str:
     """The stored form of a node record: JSON that :class:`NodeRecord` reads back and the
-    scripts decode with cjson (lua/lib.lua). Every node record is written by it."""
+    scripts decode with cjson (lua/lib/records.lua). Every node record is written by it."""
     return json.dumps(fields)
 
 

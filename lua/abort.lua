@@ -13,6 +13,8 @@
 -- has passed in Redis time (a worker's clock is never trusted).
 -- Returns {1} when this call stopped it; {0, reason} when it was already stopped or closed;
 --         {2, ms_left} when a timeout came early; {-1} when the context does not exist.
+--
+-- uses: numbers, common, stops
 
 local v = redis.call('HMGET', ctx, 'status', 'reason', 'deadline')
 if not v[1] then return {AbortCode.MISSING} end

@@ -20,6 +20,8 @@
 -- Returns {allowed 0|1, state, failures, took_probe 0|1, wait_ms}. With 'peek', a free
 -- probe reads as {1, 'HALF_OPEN', ...} without being taken. With 'renew', allowed is 1
 -- when ARGV[3] still holds the probe (its lease is extended) and 0 otherwise.
+--
+-- uses: numbers, common
 
 local now = now_ms()
 local h = redis.call('HMGET', breaker, 'state', 'failures', 'opened_ms', 'probe',
@@ -29,7 +31,7 @@ local failures, opened, probe_until = stored_num(h[2]), stored_num(h[3]), stored
 local recovery = tonumber(recovery_ms)
 local lease = tonumber(probe_lease_ms)
 if failures == false or opened == false or probe_until == false then
-  -- a number that is not canonical (lib.lua, stored_num): the breaker opens from now
+  -- a number that is not canonical (lib/numbers.lua, stored_num): the breaker opens from now
   -- (fail closed) and its state is written anew
   redis.call('DEL', breaker)
   redis.call('HSET', breaker, 'state', 'OPEN', 'failures', 0, 'opened_ms', now)

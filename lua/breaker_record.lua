@@ -14,12 +14,14 @@
 -- the breaker opened (not a probe) change nothing while it is OPEN or HALF_OPEN.
 -- A failures count that is not a canonical integer opens the breaker from now.
 -- Returns {state, failures} after the update.
+--
+-- uses: numbers, common
 
 local now = now_ms()
 local h = redis.call('HMGET', breaker, 'state', 'failures', 'probe', 'past')
 local state = h[1] or 'CLOSED'
 local failures = stored_num(h[2])
-if failures == false then  -- not a canonical integer (lib.lua): open from now, anew
+if failures == false then  -- not a canonical integer (lib/numbers.lua): open from now, anew
   redis.call('DEL', breaker)
   redis.call('HSET', breaker, 'state', 'OPEN', 'failures', 0, 'opened_ms', now)
   redis.call('PEXPIRE', breaker, ttl_ms)

@@ -12,10 +12,12 @@
 -- A running context becomes 'closed' (a stopped one keeps its stop reason); either way
 -- later reserves in it and below it halt. The context_summary SafetyEvent states spend,
 -- steps, time left before the deadline and tokens by direction and provider (hook HOOK,
--- the list capped at EVENT_STREAM_CAP: constants of the prelude, see lib.lua).
+-- the list capped at EVENT_STREAM_CAP: constants of the prelude, store/scripts.py).
 -- Returns {1, status, micro-USD settled in its subtree, first} or {-1} if it does not
 -- exist; first is 1 when this call closed it (set closed_ms), 0 when it was closed before
 -- (by its owner or by gc: the cross-tree spend views count a tree once).
+--
+-- uses: numbers, common
 
 local FIELDS = {'status', 'id', 'request_id', 'deadline', 'u:usd', 'u:steps', 'u:tin', 'u:tout',
                 'h:tin', 'h:tout'}
@@ -32,7 +34,7 @@ if status == Status.RUNNING then
   status = Status.CLOSED
 else
   -- A stopped context keeps its status; closed_ms marks it closed all the same (writes
-  -- to its context data are refused from then on: data_lib.lua).
+  -- to its context data are refused from then on: lib/data.lua).
   first = redis.call('HSETNX', ctx, 'closed_ms', now)
 end
 

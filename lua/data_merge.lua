@@ -8,7 +8,7 @@
 --             may
 --                                          be stopped or closed)
 -- ARGV[1]     policy  policy: keep_existing (the parent's value stays; keys it lacks are added),
---             overwrite (the child's value wins) or merge (deep merge, data_lib.lua)
+--             overwrite (the child's value wins) or merge (deep merge, lib/data.lua)
 -- ARGV[2]     max_value_bytes  the most bytes one JSON value may hold
 -- ARGV[3]     max_bytes  the most bytes the parent's data may hold
 -- ARGV[4..]   merged{key}  the child's keys to merge (none: all of them)
@@ -18,7 +18,9 @@
 --          change, key, change, key, ...} with change 'added', 'overwritten' or 'merged',
 --         keys in sorted order; {0, 'missing'}, {0, 'closed'}, {0, 'too_large', 'value',
 --         key, bytes}, {0, 'too_large', 'context', bytes} or {0, 'state_corrupt', 'bytes',
---         value} (the stored size is not a canonical integer: lib.lua, stored_num).
+--         value} (the stored size is not a canonical integer: lib/numbers.lua, stored_num).
+--
+-- uses: numbers, data
 
 local refusal = data_refusal(parent_ctx)
 if refusal then return {0, refusal} end

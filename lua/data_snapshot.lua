@@ -10,6 +10,8 @@
 -- Returns one entry per level it sees, its own first:
 --   {created_ms, metadata JSON, {data key, JSON, ...}, {dmeta field, value, ...},
 --    {view key, JSON, ...}}
+--
+-- uses: (none)
 
 local out = {}
 for _, keys in ipairs(levels) do

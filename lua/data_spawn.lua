@@ -14,6 +14,8 @@
 -- ARGV[5..]   view{key, value}  pairs: key, JSON ('given' only)
 --
 -- Returns {1, number of keys in the frozen view} or {0, 'missing'}.
+--
+-- uses: common, data
 
 if redis.call('EXISTS', ctx) == 0 then return {0, StopReason.MISSING} end
 redis.call('HSET', dmeta, 'iso', isolation, 'par', parallel, 'step', step)

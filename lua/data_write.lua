@@ -12,7 +12,9 @@
 -- everything is written or nothing is.
 -- Returns {1, bytes after, keys deleted}, {0, 'missing'}, {0, 'closed'},
 -- {0, 'too_large', bytes the data would have held} or {0, 'state_corrupt', 'bytes',
--- value} when the stored size is not a canonical integer (lib.lua, stored_num).
+-- value} when the stored size is not a canonical integer (lib/numbers.lua, stored_num).
+--
+-- uses: numbers, data
 
 local refusal = data_refusal(ctx)
 if refusal then return {0, refusal} end

@@ -13,20 +13,20 @@
 -- ARGV[1]     slice_id  slice id
 -- ARGV[2]     abort_channel  abort channel (pub/sub, not a key)
 -- ARGV[3]     ledger_channel  ledger channel (pub/sub, not a key)
--- ARGV[4]     node_cap  node list cap (lib.lua append_capped)
+-- ARGV[4]     node_cap  node list cap (lib/common.lua append_capped)
 -- ARGV[5]     give_back  '1': return the rest of the slice (its record goes); '0': keep it
 -- ARGV[6]     path  path ids, comma-separated, root first (the levels in KEYS)
 -- ARGV[7]     batch  batch number (increasing per slice: a batch already applied is skipped)
 -- ARGV[8]     n_nodes  n, the number of node records
 -- ARGV[9]     n_events  m, the number of events
 -- ARGV[10..]  node_records{node}  n node records (JSON) of the slice's context (each
---             node counted on the path's hashes: lib.lua count_call)
+--             node counted on the path's hashes: lib/calls_counted.lua count_call)
 -- ARGV[10+n..] events{event}  m SafetyEvents (JSON) of the slice's context
 -- ARGV[rest]  spent{dim, amount}  pairs: dimension, amount spent by the batch (integers >= 0;
 --             'steps' counts
 --             the calls that completed, 'retries' those that failed)
 --
--- The batch is charged at every level (lib.lua finish: ceilings reached stop their level
+-- The batch is charged at every level (lib/finish.lua finish: ceilings reached stop their level
 -- and broadcast the stop); the slice's holds shrink by what the batch consumed of them.
 -- A slice already reclaimed (its process was thought dead) and given back is charged all
 -- the same, with no hold to shrink; one charged as used at its reclaim charges no USD or
@@ -36,7 +36,9 @@
 -- A give-back is the slice's last batch: sent again (its reply lost), it changes nothing.
 -- Returns {1, level, reason, detail, ...} with the levels this flush stopped; {0} when
 -- the batch was already applied; {3, level, 'state_corrupt', detail} when a counter on
--- the path is corrupt (lib.lua finish): nothing was charged, the slice stays held.
+-- the path is corrupt (lib/finish.lua finish): nothing was charged, the slice stays held.
+--
+-- uses: numbers, common, stops, levels, ledger, quota, finish, records, calls_counted
 
 local returned = 'r:' .. slice_id  -- in the finished ids once the slice was given back
 if slice_id ~= '' and redis.call('ZSCORE', fin, returned) then
@@ -57,7 +59,7 @@ if raw then
     actual = {}  -- only the return is left to do
   end
 end
-if rec then part.q = rec.q end  -- the slice's quota grants (quota_lib.lua)
+if rec then part.q = rec.q end  -- the slice's quota grants (lib/quota.lua)
 local covered = false  -- the slice was charged as used at its reclaim
 if not rec and redis.call('ZSCORE', fin, slice_id) then
   -- its USD and tokens are on the books (the reclaim's node record carries them): only

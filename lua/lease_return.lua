@@ -18,15 +18,17 @@
 -- ARGV[1]     slice_id  slice id
 -- ARGV[2]     node  node record of the reclaim (JSON, status 'halted'; its cost_usd is set here
 --             to the USD charged)
--- ARGV[3]     node_cap  node list cap (lib.lua append_capped)
+-- ARGV[3]     node_cap  node list cap (lib/common.lua append_capped)
 -- ARGV[4]     abort_channel  abort channel (pub/sub, not a key)
 -- ARGV[5]     ledger_channel  ledger channel (pub/sub, not a key)
 --
--- The charge is lib.lua's finish: levels that reach a ceiling stop. A slice_expired
+-- The charge is lib/finish.lua's finish: levels that reach a ceiling stop. A slice_expired
 -- SafetyEvent on the slice's context names the slice and what was charged (or returned).
 -- Idempotent: a slice already returned or reclaimed changes nothing.
 -- Returns 1 when the slice was reclaimed, 0 when it was already gone (or a counter on its
--- path is corrupt: lib.lua finish stops that level and the slice stays held).
+-- path is corrupt: lib/finish.lua finish stops that level and the slice stays held).
+--
+-- uses: numbers, common, stops, levels, ledger, quota, finish
 
 local raw = redis.call('HGET', res, slice_id)
 if not raw then

@@ -27,14 +27,16 @@
 -- A level that is not running (or holds a corrupt number), past its deadline, or that cannot spare the least amount
 -- of a dimension refuses the slice and changes nothing (the caller then takes a strict
 -- reserve, which reports and records the stop). A token total limits tin + tout.
--- The record is new_reservation's (lib.lua) with s = 1 (a slice); a lease expiry reclaims
+-- The record is new_reservation's (lib/reservations.lua) with s = 1 (a slice); a lease expiry reclaims
 -- it like any reservation (lease_return.lua: what was flushed stays charged, the rest is
 -- charged as used, or given back with r = 1).
--- The root's quota grants (quota_lib.lua quota_state) cap the slice like a level's room,
+-- The root's quota grants (lib/quota.lua quota_state) cap the slice like a level's room,
 -- and hold it too; a grant that cannot spare the least amount refuses the slice.
 -- Returns {1, now_ms, ndims, dim, amount, ..., expired_id, expired_json, ...} when taken
 --         (with up to 8 reservations of this tree whose lease expired, as reserve.lua);
 --         {0, now_ms, reason} when refused.
+--
+-- uses: numbers, common, reservations, levels, quota
 
 local now = now_ms()
 local ids = split(path)
@@ -68,7 +70,7 @@ for lv = 1, #levels do
   local level = read_level(levels[lv], shape)
   if level.status ~= Status.RUNNING then return {0, now, 'not running'} end
   -- a corrupt field refuses the slice: the strict reserve that follows stops the level
-  -- (state_corrupt, lib.lua)
+  -- (state_corrupt, lib/finish.lua)
   if level.corrupt then return {0, now, 'corrupt ' .. level.corrupt_field} end
   local deadline = level.deadline
   if deadline > 0 and now >= deadline then return {0, now, 'deadline passed'} end
@@ -135,7 +137,7 @@ end
 local rec = new_reservation(ids, held, false)
 rec.s = 1
 if return_on_expiry == '1' then rec.r = 1 end
--- The root's quota grants (quota_lib.lua quota_state) cap the slice like a level's room,
+-- The root's quota grants (lib/quota.lua quota_state) cap the slice like a level's room,
 -- and hold it too; a grant that cannot spare the least amount refuses the slice.
 redis.call('HSET', res, slice_id, cjson.encode(rec))
 redis.call('ZADD', leases, now + tonumber(lease_ms), slice_id)

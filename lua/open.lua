@@ -37,6 +37,8 @@
 --          unlimited; stop_reason '' when nothing above is stopped),
 --         {0, 'exists', closed} (closed: 1 when that context is closed, else 0),
 --         {0, 'missing', ancestor id} or {0, 'bad_path', ancestor id}.
+--
+-- uses: numbers, common
 
 if redis.call('EXISTS', ctx) == 1 then
   local held = redis.call('HMGET', ctx, 'status', 'closed_ms')

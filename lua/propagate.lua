@@ -15,15 +15,17 @@
 -- ARGV[3]     abort_channel  abort channel (pub/sub, not a key)
 -- ARGV[4]     ledger_channel  ledger channel (pub/sub, not a key)
 -- ARGV[5]     node  node record (JSON, appended to KEYS[2])
--- ARGV[6]     node_cap  node list cap (lib.lua append_capped)
+-- ARGV[6]     node_cap  node list cap (lib/common.lua append_capped)
 -- ARGV[7..]   amounts{dim, amount}  pairs: dimension, amount (integers > 0)
 --
--- Every level is checked before anything is written (see finish in lib.lua).
+-- Every level is checked before anything is written (see lib/finish.lua).
 -- Returns {0} when the charge id was already applied; {-1, level} when a level of the
 -- path does not exist (nothing is written); {3, level, 'state_corrupt', detail, ...}
 -- when a counter on the path is corrupt (nothing charged, the charge id not recorded,
 -- the level stopped); {1, level, reason, detail, ...} otherwise, with the levels this
 -- charge stopped.
+--
+-- uses: numbers, common, reservations, stops, levels, ledger, quota, finish
 
 local ids = split(path)
 for lv = 1, #ids do

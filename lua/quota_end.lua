@@ -12,6 +12,8 @@
 -- never started here: now it never will); {2} unknown (the root is gone, a counter of
 -- the grant is not a number, or the grant ended here before and is older than the last
 -- one ended): quota_settle.lua then charges the whole grant.
+--
+-- uses: numbers
 
 if redis.call('EXISTS', root) == 0 then return {2} end
 local p = 'q' .. index .. ':'

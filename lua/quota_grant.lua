@@ -1,5 +1,5 @@
 -- quota_grant.lua: put a grant taken from a quota (quota_take.lua) into the tree's root
--- hash, where the tree's reserves draw from it (lib.lua quota_state; docs/quotas.md).
+-- hash, where the tree's reserves draw from it (lib/quota.lua quota_state; docs/quotas.md).
 --
 -- KEYS[1]  root  bc:{R}:ctx:<root>  hash  the tree's root
 -- ARGV[1]  index  i, the bucket's index
@@ -14,6 +14,8 @@
 -- Returns {1} applied; {0, 'gone'} no such root; {0, 'other', grant_id} the bucket has
 -- another live grant (end it first: quota_end.lua); {0, 'ended', grant_id} that grant
 -- was ended already (quota_end.lua leaves q<i>:x:<grant id>).
+--
+-- uses: numbers
 
 if redis.call('EXISTS', root) == 0 then return {0, 'gone'} end
 local p = 'q' .. index .. ':'

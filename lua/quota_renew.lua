@@ -14,6 +14,8 @@
 -- only grows, so a report repeated or late moves nothing twice; quota_settle.lua moves
 -- the rest at the grant's end.
 -- Returns a list of 1 (renewed) and 0 (gone), one per grant in ARGV order.
+--
+-- uses: numbers, common
 
 local until_ms = now_ms() + tonumber(lease_ms)
 local dims = {'usd', 'calls', 'tok'}

@@ -12,6 +12,8 @@
 --
 -- Returns {1, version} when stored; {0, 'missing'} when deleting a rule that does not
 -- exist; {0, 'match', old_match} when a set would change an existing rule's match.
+--
+-- uses: common
 
 local now = now_ms()
 local before = redis.call('HGET', rule, 'def') or ''

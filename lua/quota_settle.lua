@@ -14,6 +14,8 @@
 --           >= 0)
 --
 -- Returns 1 when the grant was settled; 0 when it was already (or is another grant).
+--
+-- uses: numbers
 
 local raw = redis.call('HGET', grants, member)
 if not raw then return 0 end

@@ -34,6 +34,8 @@
 -- {0, now, 'exceeded', dim, limit, spent, in_grants, expired_member, expired_json, ...}
 --   the limit cannot spare the least (the grants whose lease expired follow: reclaimed,
 --   they may make room).
+--
+-- uses: numbers, common, reservations
 
 local now = now_ms()
 local stored = redis.call('HMGET', rule, 'v', 'l:usd', 'l:calls', 'l:tok')

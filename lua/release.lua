@@ -8,15 +8,15 @@
 -- KEYS[5..]   levels{ctx, events}  per level of the reservation's path, root first (as reserved),
 --             two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
--- KEYS[last-2] fin  bc:{R}:fin     zset  finished reservation ids by Redis ms (capped, lib.lua)
+-- KEYS[last-2] fin  bc:{R}:fin     zset  finished reservation ids by Redis ms (capped, lib/finished_ids.lua)
 -- KEYS[last-1] done  bc:{R}:done    hash  keyed reservation id -> how it finished
--- KEYS[last]  bymodel  bc:{R}:bymodel  hash  micro-USD by '<provider>|<model>' (lib.lua
+-- KEYS[last]  bymodel  bc:{R}:bymodel  hash  micro-USD by '<provider>|<model>' (lib/calls_counted.lua
 --             count_model)
 -- ARGV[1]     reservation_id  reservation id
 -- ARGV[2]     abort_channel  abort channel (pub/sub, not a key)
 -- ARGV[3]     node  node record (JSON, written to KEYS[3] and counted on the path's hashes,
---             lib.lua count_call; '' writes none)
--- ARGV[4]     node_cap  node list cap (lib.lua append_capped)
+--             lib/calls_counted.lua count_call; '' writes none)
+-- ARGV[4]     node_cap  node list cap (lib/common.lua append_capped)
 -- ARGV[5]     ledger_channel  ledger channel (pub/sub, not a key)
 -- ARGV[6]     outcome  'error' (the call raised: count a retry) or 'skip' (it did not fail)
 -- ARGV[7]     late  '1' when the release is late (as in settle.lua)
@@ -28,6 +28,9 @@
 -- Returns the replies of settle.lua: {0} already finished; {1, level, reason, detail, ...};
 --         {4, ...} never held here, charged to the path; {5} nor its path, recorded;
 --         {3, level, 'state_corrupt', detail} nothing charged, the reservation kept.
+--
+-- uses: numbers, common, reservations, stops, levels, ledger, quota, finish, finished_ids,
+-- uses: records, calls_counted, close_reservation
 
 return close_reservation(outcome, false, outcome == FinishOutcome.ERROR, {res = res, leases = leases, nodes = nodes, ledger = ledger, levels = levels,
   fin = fin, done = done, bymodel = bymodel},

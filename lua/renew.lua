@@ -6,6 +6,8 @@
 --
 -- Only ids still leased are extended (ZADD XX): a lease already reaped stays reaped.
 -- Returns the number of leases extended.
+--
+-- uses: common
 
 local until_ms = now_ms() + tonumber(lease_ms)
 local n = 0

@@ -8,7 +8,7 @@
 -- ARGV[2]     actor  who repairs (free text, kept in the state_repaired event)
 --
 -- Every number of the hash (limits, counters, holds, deadline, times, depth) must be a
--- canonical integer (lib.lua, stored_num); so must every amount held by an open record.
+-- canonical integer (lib/numbers.lua, stored_num); so must every amount held by an open record.
 -- The holds (h:<dim>) are then set to what the open reservations and slices whose path
 -- runs through the context hold (an operator may reset them to 0: nothing held is lost).
 -- A context stopped with state_corrupt runs again (or is closed, if it was closed) and a
@@ -17,6 +17,8 @@
 --         now, ...} when there was none to lift (holds set all the same), with the holds
 --         that changed; {0, field, value} when a number is still corrupt (nothing is
 --         written); {-1} when the context does not exist.
+--
+-- uses: numbers, common
 
 local flat = redis.call('HGETALL', ctx)
 if #flat == 0 then return {-1} end

@@ -1,6 +1,6 @@
 -- reserve.lua: hold a call's estimate at every level of its path, or refuse it.
 --
--- KEYS[1]     res  bc:{R}:res      hash  reservation id -> its record (lib.lua, new_reservation)
+-- KEYS[1]     res  bc:{R}:res      hash  reservation id -> its record (lib/reservations.lua, new_reservation)
 -- KEYS[2]     leases  bc:{R}:leases   zset  reservation id by lease expiry (Redis ms)
 -- KEYS[3..]   levels{ctx, events}  per level of the path, root first, caller last, two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
@@ -11,7 +11,7 @@
 -- ARGV[4]     abort_channel  abort channel (pub/sub, not a key)
 -- ARGV[5]     keyed  '1' when the id is a call key (the same call replayed, e.g. a redelivered
 --             task, gets the same id): its outcome ('ok', 'error', 'skip' or 'halted',
---             lib.lua remembered) is kept in KEYS[last]
+--             lib/calls_counted.lua remembered) is kept in KEYS[last]
 -- ARGV[6..]   amounts{dim, amount}  pairs: dimension, amount (integers; steps 1 is always among
 --             them)
 --
@@ -30,9 +30,11 @@
 --         expired_json, ...): their holds may be what leaves no room, and no call of the
 --         tree can be held to find them otherwise.
 --         {0, 1, 'quota_grant', '<i> <why>', 0, now_ms} when the root's quota grant i
---         cannot cover the call (lib.lua quota_state; the caller tops it up, docs/quotas.md).
+--         cannot cover the call (lib/quota.lua quota_state; the caller tops it up, docs/quotas.md).
 --         A reservation id already held returns {1, now_ms} and holds nothing more;
 --         a call key already finished returns {2, now_ms, outcome} and holds nothing.
+--
+-- uses: numbers, common, reservations, stops, levels, quota
 
 local now = now_ms()
 local id = reservation_id
@@ -61,7 +63,7 @@ for _, t in ipairs(totals) do
   end
 end
 
--- the root's number of quota buckets (q, lib.lua quota_state) is read at every level
+-- the root's number of quota buckets (q, lib/quota.lua quota_state) is read at every level
 local shape = level_shape({'status', 'deadline', 'q'}, dims, totals)
 local nq = 0
 

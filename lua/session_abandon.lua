@@ -4,6 +4,8 @@
 -- ARGV[1] member  member
 -- ARGV[2] claim_id  claim id
 -- Returns 1 when the caller's claim was dropped, 0 when it was not the caller's.
+--
+-- uses: (none)
 
 if redis.call('HGET', claimers, member) ~= claim_id then
   return 0

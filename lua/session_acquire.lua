@@ -19,6 +19,8 @@
 -- An active record that expired or reached max executions is retired first (status
 -- expired, or terminated with reason rotated; removed from the indexes) and its sandbox
 -- id returned so the caller kills it.
+--
+-- uses: numbers, common
 
 local now = now_ms()
 local cap = tonumber(cap)
@@ -27,7 +29,7 @@ local retired = ''
 local rec = redis.call('HMGET', record, 'status', 'expires_at', 'execution_count',
                        'sandbox_id')
 if rec[1] == 'active' then
-  -- an expiry or count that is not a canonical integer (lib.lua, stored_num) retires
+  -- an expiry or count that is not a canonical integer (lib/numbers.lua, stored_num) retires
   -- the record as expired (fail closed)
   local expires, count = stored_num(rec[2]), stored_num(rec[3])
   local expired = not expires or not count or expires <= now

@@ -13,6 +13,8 @@
 --           path)
 -- Returns {'ok', now_ms, generation} or {'lost', now_ms} when the claim lapsed or is not
 -- the caller's (then nothing changed: kill the sandbox just made).
+--
+-- uses: numbers, common
 
 local now = now_ms()
 local deadline = redis.call('ZSCORE', claims, member)
@@ -23,7 +25,7 @@ end
 local generation = 1
 local old = redis.call('HGETALL', record)
 if #old > 0 then
-  -- a generation that is not a canonical integer (lib.lua): one past the archived ones
+  -- a generation that is not a canonical integer (lib/numbers.lua): one past the archived ones
   local last = stored_num(redis.call('HGET', record, 'generation'))
   if last == false then last = redis.call('XLEN', history) end
   generation = (last or 0) + 1

@@ -4,6 +4,8 @@
 -- ARGV[2] limit  limit (max members returned)
 -- Returns {now_ms, member1, expires1, member2, expires2, ...}; members are
 -- "<conversation>:<path>". Only active sessions are in the index.
+--
+-- uses: common
 
 local now = now_ms()
 local hi = cutoff == '+inf' and '+inf' or '(' .. cutoff

@@ -3,6 +3,8 @@
 -- ARGV    none
 -- Returns {now_ms, field1, value1, ...}; only now_ms when there is no record. The record
 -- is returned whatever its status (active, expired, error, terminated).
+--
+-- uses: common
 
 local out = {now_ms()}
 local flat = redis.call('HGETALL', record)

@@ -8,6 +8,8 @@
 --         another sandbox is not counted
 -- Returns {'ok', now_ms, execution_count, expires_at} or {'missing', now_ms} when there
 -- is no record (or it names another sandbox).
+--
+-- uses: numbers, common
 
 local now = now_ms()
 local rec = redis.call('HMGET', record, 'status', 'ttl_ms', 'sandbox_id')

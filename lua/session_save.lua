@@ -6,6 +6,8 @@
 -- ARGV[1] member  member "<conversation>:<path>"
 -- ARGV[2..] fields{field, value}  field, value pairs (must include status and expires_at)
 -- Returns now_ms (also written as updated_at).
+--
+-- uses: common
 
 local now = now_ms()
 redis.call('DEL', record)

@@ -11,6 +11,8 @@
 -- Returns {'ok', now_ms, sandbox_id}, {'inactive', now_ms, sandbox_id} when it was not
 -- active (nothing changed), {'missing', now_ms} without a record, or {'mismatch', now_ms,
 -- sandbox_id} when it names another sandbox or (ARGV[6]) has not expired.
+--
+-- uses: numbers, common
 
 local now = now_ms()
 local rec = redis.call('HMGET', record, 'status', 'sandbox_id', 'expires_at')

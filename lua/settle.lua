@@ -7,18 +7,18 @@
 -- KEYS[5..]   levels{ctx, events}  per level of the reservation's path, root first (as reserved),
 --             two keys:
 --             bc:{R}:ctx:<id> (hash) and bc:{R}:events:<id> (list of SafetyEvents)
--- KEYS[last-2] fin  bc:{R}:fin     zset  finished reservation ids by Redis ms (capped, lib.lua)
+-- KEYS[last-2] fin  bc:{R}:fin     zset  finished reservation ids by Redis ms (capped, lib/finished_ids.lua)
 -- KEYS[last-1] done  bc:{R}:done    hash  keyed reservation id -> how it finished
--- KEYS[last]  bymodel  bc:{R}:bymodel  hash  micro-USD by '<provider>|<model>' (lib.lua
+-- KEYS[last]  bymodel  bc:{R}:bymodel  hash  micro-USD by '<provider>|<model>' (lib/calls_counted.lua
 --             count_model)
 -- ARGV[1]     reservation_id  reservation id
 -- ARGV[2]     abort_channel  abort channel (pub/sub, not a key)
 -- ARGV[3]     node  node record (JSON, written to KEYS[3] and counted on the path's hashes,
---             lib.lua count_call; '' writes none)
--- ARGV[4]     node_cap  node list cap (lib.lua append_capped)
+--             lib/calls_counted.lua count_call; '' writes none)
+-- ARGV[4]     node_cap  node list cap (lib/common.lua append_capped)
 -- ARGV[5]     ledger_channel  ledger channel (pub/sub, not a key)
 -- ARGV[6]     late  '1' when the settle is late (first sent over 2 s ago, or its lease may have
---             lapsed): finding no trace of the id, it charges nothing (see lib.lua)
+--             lapsed): finding no trace of the id, it charges nothing (see lib/finished_ids.lua)
 -- ARGV[7..]   amounts{dim, amount}  pairs: dimension, actual amount (integers >= 0)
 --
 -- Idempotent: keyed by the reservation id; a second settle of the same id (after a retry,
@@ -32,6 +32,9 @@
 --         {5} when that path does not exist here either (the event, no charge);
 --         {3, level, 'state_corrupt', detail} when a counter on the path is corrupt:
 --         nothing charged, the reservation stays held, the level is stopped.
+--
+-- uses: numbers, common, reservations, stops, levels, ledger, quota, finish, finished_ids,
+-- uses: records, calls_counted, close_reservation
 
 return close_reservation(FinishOutcome.OK, true, false, {res = res, leases = leases, nodes = nodes, ledger = ledger, levels = levels,
   fin = fin, done = done, bymodel = bymodel},

@@ -24,8 +24,10 @@
 -- Returns {code, calls, micro-USD, now_ms, retry_after_ms}: code 0 ALLOW, 1 DEGRADE,
 -- 2 HALT (admit: not added; retry_after_ms is when the oldest entry leaves the window).
 -- Admitting a call id twice adds it once. Both keys expire one window after the last write.
--- A stored amount that is not a canonical integer (lib.lua, stored_num) refuses every
+-- A stored amount that is not a canonical integer (lib/numbers.lua, stored_num) refuses every
 -- call (code 2, retry after one window) until the keys expire: it never lifts the limit.
+--
+-- uses: numbers, common
 
 local now = now_ms()
 local window = tonumber(window_ms)

@@ -8,7 +8,7 @@ HOOK = "ExecutionContext"
 """The ``hook`` of the SafetyEvents the core itself records (stops, summaries)."""
 
 EVENT_STREAM_CAP = 10_000
-"""Length cap of a context's event list (lua/lib.lua append_capped: trimmed to it once past
+"""Length cap of a context's event list (lua/lib/common.lua append_capped: trimmed to it once past
 it by a tenth) and approximate MAXLEN of a tree's ledger stream."""
 
 NODE_STREAM_CAP = 10_000

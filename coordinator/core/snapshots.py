@@ -124,7 +124,7 @@ def build_snapshot(path: Path, hashes: list[dict[str, str]], node_json: list[str
 
 
 CALL_OUTCOMES = tuple(c.value for c in CallCount)
-"""The outcomes lib.lua's count_call counts on a context's hash (``n:<outcome>``)."""
+"""The outcomes lib/calls_counted.lua's count_call counts on a context's hash (``n:<outcome>``)."""
 
 
 def call_counts(h: dict[str, str]) -> dict[str, Any]:

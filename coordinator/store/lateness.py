@@ -1,6 +1,6 @@
 """Whether a settle or release is late: it may reach Redis after the trace of its
 reservation's finish was trimmed (``bc:{R}:fin`` keeps an id 5 s at least, then only
-among the latest 1000: lua/lib.lua). A late finish that finds no trace of its id is
+among the latest 1000: lua/lib/finished_ids.lua). A late finish that finds no trace of its id is
 taken as finished and charges nothing, so it can never charge twice (docs/bounds.md).
 
 A finish is late when its op was first sent over ``LATE_AFTER_S`` ago (a repeat whose
@@ -16,7 +16,7 @@ from typing import Any
 
 LATE_AFTER_S = 2.0
 """A repeat sent later than this after the first send is late (under the 5 s floor of
-lib.lua's FINISHED_FLOOR_MS, with room for the send itself, a hot-path timeout)."""
+lib/finished_ids.lua's FINISHED_FLOOR_MS, with room for the send itself, a hot-path timeout)."""
 
 
 class Lateness:

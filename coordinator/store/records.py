@@ -1,12 +1,13 @@
 """The reservation record: the JSON that reserve.lua keeps for each open reservation in
 ``bc:{R}:res``, decoded under readable names.
 
-Its keys are short because every reservation writes one (lua/lib.lua, ``new_reservation``,
-is the Lua side of this definition): ``c`` the context id that reserved, ``p`` the path
-ids root first, ``d`` the held amounts as a flat list ``[dimension, amount, ...]``, ``k``
-(present, 1) when the reservation id is a keyed call id; a lease slice's also has ``s``
-(1) and, when its unflushed part is given back at its expiry, ``r`` (1). ``f`` keeps
-a settle or release a corrupt counter stopped (lib.lua, close_reservation)."""
+Its keys are short because every reservation writes one (lua/lib/reservations.lua,
+``new_reservation``, is the Lua side of this definition): ``c`` the context id that
+reserved, ``p`` the path ids root first, ``d`` the held amounts as a flat list
+``[dimension, amount, ...]``, ``k`` (present, 1) when the reservation id is a keyed call
+id; a lease slice's also has ``s`` (1) and, when its unflushed part is given back at its
+expiry, ``r`` (1). ``f`` keeps a settle or release a corrupt counter stopped
+(lib/close_reservation.lua)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -41,31 +43,72 @@ def _lua_table(entries: dict[str, Any]) -> str:
                            for k, v in entries.items()) + "}"
 
 
-def prelude() -> str:
-    """The Lua locals every script starts with: the constants shared with Python
+def prelude(source: str | None = None) -> str:
+    """The Lua locals a script starts with: the constants shared with Python
     (coordinator/core/script_constants.py) and the vocabulary's enums and tables
-    (coordinator/core/vocabulary.py), each a local of the same name, defined there once."""
+    (coordinator/core/vocabulary.py), each a local of the same name, defined there once.
+    With ``source``, only those it names (a table is built at every call of the script)."""
+    def wanted(name: str) -> bool:
+        return source is None or re.search(rf"\b{name}\b", source) is not None
+
     lines = ["-- constants from coordinator/core/script_constants.py"]
-    lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()]
+    lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()
+              if wanted(name)]
     lines.append("-- words from coordinator/core/vocabulary.py")
-    lines += [f"local {enum.__name__} = "
-              + _lua_table({m.name: m.value for m in enum}) for enum in vocabulary.ENUMS]
+    lines += [f"local {enum.__name__} = " + _lua_table({m.name: m.value for m in enum})
+              for enum in vocabulary.ENUMS if wanted(enum.__name__)]
     for name, table in vocabulary.TABLES.items():
         entries = dict.fromkeys(table, True) if isinstance(table, frozenset) else table
-        lines.append(f"local {name} = " + _lua_table(dict(sorted(entries.items()))))
+        if wanted(name):
+            lines.append(f"local {name} = " + _lua_table(dict(sorted(entries.items()))))
     return "\n".join(lines) + "\n"
 
 
+_LIST = re.compile(r"^-- (uses|needs): (.*)$", re.M)
+
+
+def declared(text: str, kind: str) -> list[str]:
+    """The libraries a header lists on its ``-- uses:`` (a script) or ``-- needs:`` (a
+    library) lines, in order (``(none)``: none)."""
+    names = ",".join(m.group(2) for m in _LIST.finditer(text) if m.group(1) == kind)
+    return [n.strip() for n in names.split(",") if n.strip() not in ("", "(none)")]
+
+
+def library_order(names: Sequence[str]) -> list[str]:
+    """``names`` (libraries in lua/lib/) with each after the libraries it needs; a
+    library whose needs are not among ``names`` is an error."""
+    folder, done, out = lua_dir() / "lib", set(), []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in done:
+            return
+        if name in path:
+            raise ValueError(f"library {name} needs itself through {' -> '.join(path)}")
+        for need in declared((folder / f"{name}.lua").read_text(), "needs"):
+            if need not in names:
+                raise ValueError(f"library {name} needs {need}, not among {list(names)}")
+            visit(need, (*path, name))
+        done.add(name)
+        out.append(name)
+
+    for name in names:
+        visit(name, ())
+    return out
+
+
+def libraries_source(names: Sequence[str]) -> str:
+    """The libraries ``names`` joined in the order they need each other."""
+    folder = lua_dir() / "lib"
+    return "\n".join((folder / f"{name}.lua").read_text() for name in library_order(names))
+
+
 def script_source(name: str) -> str:
-    """The source registered for ``name``: the prelude of shared constants, lib.lua,
-    quota_lib.lua (and data_lib.lua for the context-data scripts ``data_*``), the
+    """The source registered for ``name``: the prelude of the shared constants and words it
+    names, the libraries its header lists on ``-- uses:`` (lua/lib/, each after those it needs), the
     prologue binding its slots by name (store/script_slots.py), then the script itself."""
-    folder = lua_dir()
-    libs = ["lib.lua", "quota_lib.lua"]
-    if name.startswith("data_"):
-        libs.append("data_lib.lua")
-    parts = [(folder / lib).read_text() for lib in libs]
-    return prelude() + "\n".join([*parts, prologue(name), (folder / f"{name}.lua").read_text()])
+    text = (lua_dir() / f"{name}.lua").read_text()
+    body = "\n".join([libraries_source(declared(text, "uses")), prologue(name), text])
+    return prelude(body) + body
 
 
 class Scripts:

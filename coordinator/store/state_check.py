@@ -1,4 +1,4 @@
-"""Stored numbers read the way lua/lib.lua's ``stored_num`` reads them (its Python twin):
+"""Stored numbers read the way lua/lib/numbers.lua's ``stored_num`` reads them (its Python twin):
 a canonical decimal integer or corrupt; context hashes made readable for snapshots."""
 
 from __future__ import annotations

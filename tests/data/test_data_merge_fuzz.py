@@ -1,4 +1,4 @@
-"""The deep merge done in Lua (data_lib.lua's JSON reader, merge and writer) against the
+"""The deep merge done in Lua (lib/data.lua's JSON reader, merge and writer) against the
 pure-Python model, on generated JSON values: nesting, escapes, Unicode, big integers,
 floats that need all their digits, empty lists and maps."""
 

@@ -21,18 +21,23 @@ def test_wheel_contains_every_lua_script(tmp_path: Path) -> None:
                    check=True, capture_output=True)
     wheel = next(tmp_path.glob("*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for script in (*SCRIPT_NAMES, "lib"):
+    for script in (*SCRIPT_NAMES, "lib/numbers"):
         assert f"coordinator/lua/{script}.lua" in names, script
-    for lua in (ROOT / "lua").glob("*.lua"):
-        assert f"coordinator/lua/{lua.name}" in names
+    for lua in (ROOT / "lua").rglob("*.lua"):
+        assert f"coordinator/lua/{lua.relative_to(ROOT / 'lua').as_posix()}" in names
     assert "coordinator/py.typed" in names
     assert any(n.startswith("worker/") for n in names)
 
 
 def test_every_script_opens_with_its_contract() -> None:
-    for lua in sorted(lua_dir().glob("*.lua")):
+    for lua in sorted(lua_dir().glob("*.lua")):  # tests/unit/test_contracts.py reads each slot
         head = lua.read_text().splitlines()[:3]
         assert head[0].startswith(f"-- {lua.name}:"), lua.name
         text = lua.read_text()
-        if not lua.name.endswith("lib.lua"):  # tests/unit/test_contracts.py reads each slot
-            assert "KEYS[1" in text and "Returns" in text, lua.name
+        assert "KEYS[1" in text and "Returns" in text and "-- uses:" in text, lua.name
+
+
+def test_every_library_opens_with_what_it_holds_and_needs() -> None:
+    for lua in sorted((lua_dir() / "lib").glob("*.lua")):
+        text = lua.read_text()
+        assert text.startswith(f"-- {lua.name}:") and "-- needs:" in text, lua.name

@@ -1,7 +1,7 @@
 """Numbers in Redis are canonical or corrupt: every string Lua's ``tonumber`` reads as a
 number but the project never writes (hex, exponents, spaces, signs, decimals, leading
-zeros) stops its level with ``state_corrupt`` instead of lifting a ceiling, in lib.lua's
-``stored_num`` and in its Python twin alike."""
+zeros) stops its level with ``state_corrupt`` instead of lifting a ceiling, in
+lua/lib/numbers.lua's ``stored_num`` and in its Python twin alike."""
 
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ from coordinator import (
 )
 from coordinator.core.keys import KeySpace
 from coordinator.embedded import RedisServer
-from coordinator.store.scripts import lua_dir, prelude
+from coordinator.store.scripts import libraries_source, prelude
 from coordinator.store.state_check import MAX_EXACT, canonical_int
 
 KS = KeySpace()
 ISSUE_VALUES = ["0x7fffffff", " 99999999", "1e8", "+99999999", "99999999.0", "0x1p30"]
 SPACES = " \t\n\r\v\f"
 
-# stored_num from lib.lua, its verdict as a string: 'nil' (absent), 'false' (corrupt), or
-# the number; and what plain tonumber makes of the same string.
-_PROBE = prelude() + (lua_dir() / "lib.lua").read_text() + """
+# stored_num from lua/lib/numbers.lua, its verdict as a string: 'nil' (absent), 'false'
+# (corrupt), or the number; and what plain tonumber makes of the same string.
+_PROBE = prelude() + libraries_source(["numbers"]) + """
 local v = stored_num(ARGV[1])
 local t = tonumber(ARGV[1])
 local seen = 'nil'

@@ -1,4 +1,4 @@
-"""The scripts around the budgets read stored numbers with lib.lua's strict parser too:
+"""The scripts around the budgets read stored numbers with lib/numbers.lua's strict parser too:
 a budget window, a circuit breaker, a context's data size and an execution session whose
 stored number is one Lua's tonumber would read but the project never writes fail closed
 (refused, opened, raised, retired) instead of being read as a number."""

@@ -1,4 +1,4 @@
-"""A context's node records and events are lists capped by lua/lib.lua append_capped:
+"""A context's node records and events are lists capped by lua/lib/common.lua append_capped:
 past its cap by a tenth, a list is trimmed to its cap newest entries."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tests.support.procs import TEST_KEYS
 
 KS = KeySpace()
 CONFIG = ExecutionConfig(max_cost_usd=100.0, max_steps=1_000_000, max_retries_total=100)
-CAP, FLOOR_MS = 1000, 5000  # lua/lib.lua FINISHED_CAP, FINISHED_FLOOR_MS
+CAP, FLOOR_MS = 1000, 5000  # lua/lib/finished_ids.lua FINISHED_CAP, FINISHED_FLOOR_MS
 
 
 def redis_ms(coord: Coordinator) -> int:

@@ -1,11 +1,8 @@
--- quota_lib.lua: quota grants in a tree's root hash (docs/quotas.md), shared by the
--- scripts that hold (reserve, lease_take) and finish (lib.lua finish: settle, release,
--- lease_flush, lease_return). coordinator/store/scripts.py prepends it, after lib.lua,
--- to every script.
---
--- KEYS[1]...: none of its own; each function takes the key of the root hash it reads
--- (reserve.lua's KEYS[3], lease_take.lua's KEYS[5], finish's first level).
--- Returns: see each function.
+-- quota.lua: quota grants in a tree's root hash (docs/quotas.md), shared by the scripts
+-- that hold (reserve, lease_take) and finish (finish.lua: settle, release, lease_flush,
+-- lease_return). Each function takes the key of the root hash it reads (the first level
+-- of the path); returns: see each function.
+-- needs: numbers
 --
 -- Quota grants (docs/quotas.md): a tree drawing from quotas keeps, in its root's hash,
 -- q = the number of its buckets and per bucket i: q<i>:g the live grant's id ('' none:
@@ -82,7 +79,7 @@ end
 -- A finish in the root hash key: release rec's holds, add what was used, in the grants
 -- that are still the ones it held (dheld, dused: finish's changes by dimension); the
 -- HSET pairs are appended to set (the root's own).
-quota_finish = function(key, rec, dheld, dused, set)
+local function quota_finish(key, rec, dheld, dused, set)
   local function get(t) return function(d) return t[d] or 0 end end
   local held, used = quota_amounts(get(dheld)), quota_amounts(get(dused))
   used.calls = used.calls + (dused.retries or 0)

@@ -1,5 +1,5 @@
--- data_lib.lua: helpers of the context-data scripts (coordinator/scripts.py prepends it,
--- after lib.lua, to every data_*.lua script).
+-- data.lua: helpers of the context-data scripts (data_*.lua).
+-- needs: (none)
 --
 -- It touches only keys the including script received in KEYS, as that script's contract
 -- states: a context's levels (the groups data, dmeta, dview of its slot prologue), its

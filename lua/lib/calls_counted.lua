@@ -1,0 +1,67 @@
+-- calls_counted.lua: a finished call counted from its node record on the context hashes
+-- of its path (count_call, context_keys) and in the tree's spend by model (count_model);
+-- how a keyed call is remembered for its replays (remembered).
+-- needs: records
+
+-- Counts a call from its decoded node record (node_record) on the context hashes of
+-- its path, root first (keys): n:<outcome> at every level (subtree included), outcome
+-- being ok, error, interrupted (aborted, timeout, lost) or halted; on its own context
+-- only, n:unreported for a call charged the floor for reporting nothing and, for a node
+-- with a stop_reason (refused before it ran), n:refused, nr:<reason> and nr_last = reason
+-- instead of an outcome (CALL_COUNTS, from the prelude, maps a status to its outcome).
+-- Fields are written only when a call counts (absent means 0).
+-- A count that is not an integer (corrupt state) stays as it is: pcall, never a script
+-- error after the charge was written.
+local function count_call(keys, node)
+  local own = keys[#keys]
+  local reason = text_field(node, 'stop_reason')
+  if reason then
+    redis.pcall('HINCRBY', own, 'n:' .. CallCount.REFUSED, 1)
+    redis.pcall('HINCRBY', own, 'nr:' .. reason, 1)
+    redis.call('HSET', own, 'nr_last', reason)
+    return
+  end
+  local outcome = CALL_COUNTS[text_field(node, 'status') or '']
+  if outcome then
+    for _, key in ipairs(keys) do redis.pcall('HINCRBY', key, 'n:' .. outcome, 1) end
+  end
+  if node.unreported == true then
+    redis.pcall('HINCRBY', own, 'n:unreported', 1)
+  end
+end
+
+-- The context hash keys of the first n levels (groups of ctx, events keys).
+local function context_keys(levels, n)
+  local keys = {}
+  for lv = 1, n do keys[lv] = levels[lv].ctx end
+  return keys
+end
+
+-- Adds a call's micro-USD (its 'usd' amount; amounts: groups of dim, amount) to the
+-- tree's spend by model (key), field '<provider>|<model>' of its node record ('-' for a
+-- part not named); a call naming neither adds nothing (the close counts what no field
+-- holds as 'unknown'). A corrupt field stays as it is (pcall: never a script error after
+-- the charge was written).
+local function count_model(key, node, amounts)
+  local usd = 0
+  for _, a in ipairs(amounts) do
+    if a.dim == 'usd' then usd = tonumber(a.amount) end
+  end
+  if usd <= 0 then return end
+  local provider, model = text_field(node, 'provider'), text_field(node, 'model')
+  if provider or model then
+    redis.pcall('HINCRBY', key, (provider or '-') .. '|' .. (model or '-'), usd)
+  end
+end
+
+-- How a keyed call is remembered for its replays: a step that ended without returning
+-- (it raised an error that is not retryable, hit a limit or was cancelled: a status of
+-- ENDED_WITHOUT_RETURN, from the prelude) as halted, so a replay does not go on as if it
+-- had returned. A reaped one (lost: its worker died) stays ok: the replay goes on without
+-- running it again. node: the decoded record.
+local function remembered(outcome, node)
+  if outcome == FinishOutcome.OK and ENDED_WITHOUT_RETURN[text_field(node, 'status') or ''] then
+    return FinishOutcome.HALTED
+  end
+  return outcome
+end
