@@ -9,6 +9,7 @@ import json
 import pytest
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
+from coordinator.core.contracts import SETTLE
 from coordinator.core.keys import KeySpace
 from coordinator.core.paths import Path
 from coordinator.models_records import NodeRecord
@@ -25,11 +26,14 @@ COMPACT = (",", ":")
 def settle(coord: Coordinator, path: Path, rid: str, node_json: str) -> list[object]:
     """settle.lua of ``rid`` at $0.001 with ``node_json`` as its record, as sent."""
     root, cid = path.root, path.ctx_id
-    keys = [KS.reservations(root), KS.leases(root), KS.nodes(root, cid), KS.ledger(root),
-            KS.ctx(root, cid), KS.events(root, cid), KS.finished(root), KS.done(root),
-            KS.by_model(root)]
-    args = [rid, KS.abort_channel, node_json, 100, KS.ledger_channel, "0", "usd", 1000]
-    reply: list[object] = coord.store.wire.run(Op("settle", keys, args))
+    keys = SETTLE.key_list(res=KS.reservations(root), leases=KS.leases(root),
+                           nodes=KS.nodes(root, cid), ledger=KS.ledger(root),
+                           levels=[KS.ctx(root, cid), KS.events(root, cid)],
+                           fin=KS.finished(root), done=KS.done(root), bymodel=KS.by_model(root))
+    args = SETTLE.arg_list(reservation_id=rid, abort_channel=KS.abort_channel, node=node_json,
+                           node_cap=100, ledger_channel=KS.ledger_channel, late=False,
+                           amounts=["usd", 1000])
+    reply: list[object] = coord.store.wire.run(Op(SETTLE.script, keys, args))
     return reply
 
 
