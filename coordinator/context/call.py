@@ -3,8 +3,10 @@ pipeline and the circuit breaker (``begin``); the node record and the settle or 
 of its reservation (``finish``) that settling.py's ``complete`` and ``fail`` use. The sync
 and async loops that run the call between these steps are in wrap.py.
 
-The steps are generators yielding what they need from the store (steps.py drives them in
-the caller's thread or from an event loop): one implementation for both. While the backend
+The steps are generators yielding plain requests (store/requests.py, hooks.py) and
+receiving their replies (steps.py drives them in the caller's thread or from an event
+loop, executor.py answers them): one implementation for both, and a unit test feeds them
+scripted replies. While the backend
 breaker is open (Redis stalled), a call fails closed before anything is sent, unless a
 live lease slice covers it (lease_steps.py: such a call yields no request at all)."""
 
