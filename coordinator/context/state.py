@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +18,7 @@ from ..core.amounts import micro_to_usd
 from ..core.paths import Path
 from ..core.plans import OpenPlan
 from ..core.script_constants import HOOK
-from ..core.vocabulary import StopReason
+from ..core.vocabulary import CEILING_REASONS, StopReason
 from ..errors import ContextExistsError, ContextNotFoundError, TokenMalformedError
 from ..models import ChainMetadata, ContextSnapshot, Decision, ExecutionConfig, SafetyEvent
 from ..quotas.hooks import quota_attachment
@@ -28,9 +30,25 @@ from .cancellation import CancellationToken
 
 log = logging.getLogger("coordinator")
 
+_id_prefix = secrets.token_hex(8)
+_id_seq = itertools.count()
+"""An unkeyed call's id: this process's random prefix and a counter (32 hex characters,
+unique across processes; one urandom read per process, not per call)."""
+
+
+def _new_id_prefix() -> None:
+    global _id_prefix, _id_seq
+    _id_prefix, _id_seq = secrets.token_hex(8), itertools.count()
+
+
+os.register_at_fork(after_in_child=_new_id_prefix)  # a forked child draws its own
+
 CANCELLING_REASONS = frozenset({StopReason.ABORTED, StopReason.TIMEOUT})
 """Stops that cancel work in flight. Ceiling stops (budget, steps, retries, tokens) let
 calls that already hold a reservation finish: they fit under the ceiling by design."""
+
+LIFT_RECHECK_S = 2.0
+"""How long after a lift a ceiling stop heard for the same reason is checked in Redis."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,8 @@ class ContextState:
     last_snapshot: ContextSnapshot | None = None
     call_seq: itertools.count[int] | None = None
     opening: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lifted: tuple[float, frozenset[str]] | None = None
+    """Until when (monotonic) a stop heard for these lifted reasons is checked in Redis."""
     owed_abort: str | None = None
     """The detail of an abort made before the open landed (queued by the open)."""
     abort_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -184,6 +204,27 @@ class ContextState:
         self.stopped = reason
         if reason in CANCELLING_REASONS:
             self.cancellation_token.cancel(reason)
+        lifted = self.lifted
+        if lifted is not None and reason in lifted[1] and time.monotonic() < lifted[0]:
+            # a reserve's reply may tell of a stop the lift just ended: ask Redis
+            self.coord.call_later(0, self.recheck_stop)
+
+    def handle_lift(self, reasons: frozenset[str]) -> None:
+        """Stops for ``reasons`` at this context or above were lifted (an operator raised
+        a limit: Coordinator.set_limits): forget one heard, so the next call asks Redis."""
+        self.lifted = (time.monotonic() + LIFT_RECHECK_S, reasons)
+        if self.stopped in reasons:
+            self.stopped = None
+
+    def recheck_stop(self) -> None:
+        """Forget the ceiling stop heard here unless Redis still stops the path with it."""
+        try:
+            still = self.store.read_stops([self.path])[0]
+        except UNAVAILABLE:
+            self.coord.call_later(0.5, self.recheck_stop)
+            return
+        if self.stopped in CEILING_REASONS and self.stopped not in still:
+            self.stopped = None
 
     def deadline_reached(self) -> None:
         if self.closed:
@@ -256,5 +297,5 @@ class ContextState:
         """The next call's id and whether it is keyed: ``<ctx_id>:<n>`` once call keys
         are enabled, else a random one."""
         if self.call_seq is None:
-            return secrets.token_hex(16), False
+            return f"{_id_prefix}{next(_id_seq):016x}", False
         return f"{self.ctx_id}:{next(self.call_seq)}", True

@@ -5,6 +5,7 @@ call free: they fall back to its estimate, a fallback price per token, or a floo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,9 +35,10 @@ class ChargingPolicy:
     """The least a call is charged when its report is invalid or unpriced, or when an LLM
     call reports nothing and reserved no estimate (0 makes such calls free)."""
 
-    @property
+    @functools.cached_property
     def floor_micro(self) -> int:
-        """The floor in micro-USD (what an LLM call without an estimate holds)."""
+        """The floor in micro-USD (what an LLM call without an estimate holds); computed
+        once (it is read on every call's charge)."""
         return usd_to_micro(self.floor_usd)
 
     def __post_init__(self) -> None:
