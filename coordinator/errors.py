@@ -64,6 +64,17 @@ class ContextExistsError(BudgetCoordinatorError):
         super().__init__(f"an execution context {chain_id!r} already exists")
 
 
+class ContextClosedError(BudgetCoordinatorError, ValueError):
+    """The context, or an ancestor (``closed_by``), is closed: its limits cannot change.
+    Nothing was changed."""
+
+    def __init__(self, chain_id: str, closed_by: str) -> None:
+        self.chain_id = chain_id
+        self.closed_by = closed_by
+        where = "" if closed_by == chain_id else f" (its ancestor {closed_by!r} is)"
+        super().__init__(f"execution context {chain_id!r} is closed{where}")
+
+
 class BackendUnavailableError(BudgetCoordinatorError, ConnectionError):
     """Redis could not be reached, or refused writes (full: ``maxmemory`` reached with
     ``noeviction``). Wraps fail closed: they return HALT with this reason."""

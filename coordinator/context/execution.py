@@ -37,6 +37,7 @@ from ..models import (
     TokenBudget,
     WrapOptions,
 )
+from ..models_limits import LimitsChange
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline
 from .call import active_call
@@ -352,6 +353,18 @@ class ExecutionContext:
     def _stop_here(self, reason: str) -> None:
         check_type("reason", reason, str)
         self._state.abort(reason[:MAX_REASON])
+
+    def set_limits(self, *, max_cost_usd: float | None = None, max_steps: int | None = None,
+                   max_retries_total: int | None = None,
+                   token_budget: TokenBudget | None = None, actor: str | None = None,
+                   reason: str | None = None) -> LimitsChange:
+        """Change this context's limits in Redis, audited, for every process: see
+        :meth:`Coordinator.set_limits` (docs/operators.md). ``config`` keeps the limits the
+        open reported; :meth:`get_snapshot` reads the new ones."""
+        return self._state.coord.set_limits(
+            self.chain_id, max_cost_usd=max_cost_usd, max_steps=max_steps,
+            max_retries_total=max_retries_total, token_budget=token_budget, actor=actor,
+            reason=reason)
 
     def record_event(self, event: SafetyEvent) -> None:
         """Append an event to this chain's event log (written with the next round trip)."""

@@ -102,6 +102,12 @@ DIMENSION_REASONS: dict[str, str] = {
 ``TOKEN_BUDGET_EXCEEDED``."""
 
 
+CEILING_REASONS: frozenset[str] = frozenset({
+    StopReason.BUDGET_EXCEEDED, StopReason.STEP_LIMIT_EXCEEDED,
+    StopReason.RETRY_BUDGET_EXCEEDED, StopReason.TOKEN_BUDGET_EXCEEDED})
+"""The stops a limit caused: the only ones raising that limit lifts (set_limits.lua)."""
+
+
 class ReserveCode(IntEnum):
     """reserve.lua's reply code."""
 
@@ -129,8 +135,17 @@ class AbortCode(IntEnum):
     EARLY = 2
 
 
+class LimitsCode(IntEnum):
+    """set_limits.lua's reply code."""
+
+    MISSING = -1
+    CLOSED = 0
+    CHANGED = 1
+    CORRUPT = 2
+
+
 ENUMS: tuple[type[Enum], ...] = (StopReason, Status, FinishOutcome, NodeStatus, CallCount,
-                                 ReserveCode, FinishCode, AbortCode)
+                                 ReserveCode, FinishCode, AbortCode, LimitsCode)
 """The enums every script sees as Lua tables of the same name."""
 
 TABLES: dict[str, dict[str, str] | frozenset[str]] = {

@@ -17,15 +17,19 @@ from ..core.paths import Path, stored_ids
 from ..core.redaction import redact_url
 from ..core.token_codec import TokenCodec, parse_keys
 from ..errors import ContextNotFoundError
+from ..models import TokenBudget
+from ..models_limits import LimitsChange, LimitsRequest
 from ..store.channels import StopSubscription, wake
 from ..store.connection import Client, connect, describe_client, shared_dev_key
 from ..store.errors import RedisError
 from ..store.health import probe
 from ..store.io_thread import IOThread
+from ..store.limits import set_limits
 from ..store.repair import Repaired, repair_context
 from ..store.topology import Durability
 from ..store.tree import Store
 from ..store.views import Views
+from .actor import user_at_host
 from .backend_health import BackendHealth
 from .flusher import Flusher
 from .leases import LeaseRenewer
@@ -208,12 +212,35 @@ class Coordinator:
         ``state_corrupt`` stop, and charge once what the corruption left held (docs/
         topology.md, "Repairing corrupt state"). Raises ``CorruptStateError`` while a
         number is still corrupt, ``ContextNotFoundError`` for an unknown id."""
+        return repair_context(self.store, self._stored_path(chain_id), operator)
+
+    def set_limits(self, ctx_id: str, *, max_cost_usd: float | None = None,
+                   max_steps: int | None = None, max_retries_total: int | None = None,
+                   token_budget: TokenBudget | None = None, actor: str | None = None,
+                   reason: str | None = None) -> LimitsChange:
+        """Change the limits of the running context ``ctx_id``, from any process, in one
+        atomic step audited by a ``limits_changed`` event (docs/operators.md). A raise
+        lifts the stop that limit caused (the context and its subtree run again, in every
+        process); a limit at or below what is spent stops the context. Raises
+        InvalidConfigError for a bad value (before Redis is asked), ContextNotFoundError,
+        ContextClosedError or CorruptStateError; nothing changes then."""
+        asked = LimitsRequest(max_cost_usd=max_cost_usd, max_steps=max_steps,
+                              max_retries_total=max_retries_total, token_budget=token_budget,
+                              actor=user_at_host() if actor is None else actor,
+                              reason="" if reason is None else reason)
+        path = self._stored_path(ctx_id)
+        done = set_limits(self.store, path, asked)
+        if done.lifted and self._listener is not None:  # this process hears it at once
+            self._listener.lifted(path.root, ctx_id, done.lifted)
+        return done
+
+    def _stored_path(self, chain_id: str) -> Path:
+        """Where the context ``chain_id`` sits, as its hash records it."""
         root = self.views.locate(chain_id)
         h = self.views.read_contexts([(root, chain_id)])[0] if root else {}
         if root is None or not h:
             raise ContextNotFoundError(chain_id)
-        path = Path(root, stored_ids(h, root, chain_id))
-        return repair_context(self.store, path, operator)
+        return Path(root, stored_ids(h, root, chain_id))
 
     # -- Redis time ----------------------------------------------------------------------
 

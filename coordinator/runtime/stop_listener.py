@@ -1,5 +1,6 @@
 """The stop listener: a background thread that hears the stops broadcast on the tenant's
-abort channel and applies them to this process's contexts in the tree they concern."""
+abort channel and applies them to this process's contexts in the tree they concern, and
+the lifts of ceiling stops (an operator raised a limit: set_limits.lua) likewise."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..core.paths import Path
+from ..core.vocabulary import CEILING_REASONS
 from ..store.channels import StopSubscription
 from ..store.errors import RedisError
 
@@ -93,16 +95,30 @@ class StopListener:
                     pass
 
     def on_message(self, data: Any) -> None:
-        """Apply one broadcast stop (JSON ``{root, id, reason}``) to the contexts under it."""
+        """Apply one broadcast stop (JSON ``{root, id, reason}``) or change of limits
+        (``{root, id, lifted: [reason...]}``, set_limits.lua) to the contexts under it."""
         try:
             msg = json.loads(data)
-            root, ctx_id, reason = str(msg["root"]), str(msg["id"]), str(msg["reason"])
+            root, ctx_id = str(msg["root"]), str(msg["id"])
+            if "lifted" in msg:
+                self.lifted(root, ctx_id, tuple(str(r) for r in msg["lifted"] or ()))
+                return
+            reason = str(msg["reason"])
         except (TypeError, ValueError, KeyError):
             return
         for target in self._targets_now():
             path = target.tree_path
             if path.root == root and ctx_id in path.ids:
                 target.handle_stop(reason)
+
+    def lifted(self, root: str, ctx_id: str, reasons: Sequence[str]) -> None:
+        """The stops ``reasons`` of context ``ctx_id`` were lifted: the contexts under it
+        that have a ``handle_lift(reasons)`` (a handle's state) forget them."""
+        if reasons:
+            for target in self._targets_now():
+                path = target.tree_path
+                if path.root == root and ctx_id in path.ids:
+                    _lift(target, frozenset(reasons))
 
     def _resync(self) -> None:
         """After (re)subscribing, read the stop state of every local context: a message
@@ -114,3 +130,12 @@ class StopListener:
                                    strict=True):
             for reason in reasons:
                 target.handle_stop(reason)
+            _lift(target, CEILING_REASONS.difference(reasons))
+
+
+def _lift(target: StopTarget, reasons: frozenset[str]) -> None:
+    """Tell ``target`` the stops ``reasons`` above it were lifted, if it listens for that
+    (a lease slice does not: a slice given back at a stop stays given back)."""
+    handle_lift = getattr(target, "handle_lift", None)
+    if handle_lift is not None and reasons:
+        handle_lift(reasons)
