@@ -4,6 +4,8 @@ group, each a ``typer.Typer()`` registered below.
     budgetctl top [--sort spend|fraction|age] [--limit N] [--json] [--watch [S]]
     budgetctl tree ID [--json] [--watch [S]]
     budgetctl abort ID [REASON]...
+    budgetctl limit ID [--usd X] [--steps N] [--retries N] [--tokens N] --reason TEXT
+                    [--actor WHO] [--json]
     budgetctl repair ID
     budgetctl spend [--day YYYY-MM-DD|today|yesterday] [--json]
     budgetctl gc [--idle SECONDS] [--dry-run] [--json]
@@ -27,7 +29,7 @@ from typing import Annotated
 
 import typer
 
-from . import abort, dashboard, demo, gc, quota, repair, sessions, spend, top, tree
+from . import abort, dashboard, demo, gc, limit, quota, repair, sessions, spend, top, tree
 from ._common import DEFAULT_WATCH_S
 from .help_format import PlainGroup
 
@@ -37,7 +39,7 @@ app = typer.Typer(name="budgetctl", cls=PlainGroup, add_completion=False, no_arg
 
 # A command group is a typer.Typer() in its own module, registered with one line: without
 # a name its commands are budgetctl's own, with name="sessions" they form a group.
-for group in (top.app, tree.app, abort.app, repair.app, spend.app, gc.app, demo.app,
+for group in (top.app, tree.app, abort.app, limit.app, repair.app, spend.app, gc.app, demo.app,
               dashboard.app):
     app.add_typer(group)
 app.add_typer(sessions.app, name="sessions")
