@@ -8,27 +8,14 @@ from typing import Annotated
 
 import typer
 
-from ..core.limit_text import count_from_text, limit_text, usd_from_text
+from ..core.limit_text import change_lines, count_from_text, usd_from_text
 from ..errors import ContextClosedError, InvalidConfigError
 from ..models import TokenBudget
-from ..models_limits import LimitsChange
 from ._common import connect, fail, print_json
 from .help_format import PlainCommand, PlainGroup
 from .reads import locate
 
 app = typer.Typer(cls=PlainGroup)
-
-
-def change_lines(done: LimitsChange) -> list[str]:
-    """What changed (each limit before -> after), the context's state after it, who and
-    why: the lines ``budgetctl limit`` prints."""
-    changed = "; ".join(f"{c.limit} {limit_text(c.limit, c.before)} -> "
-                        f"{limit_text(c.limit, c.after)}" for c in done.changes)
-    if done.stopped:
-        state = f"stopped: {done.stop_reason}"
-    else:
-        state = f"lifted {', '.join(done.lifted)}: running again" if done.lifted else "running"
-    return [f"{done.ctx_id}: {changed}", state, f"by {done.actor}: {done.reason}"]
 
 
 @app.command(cls=PlainCommand)

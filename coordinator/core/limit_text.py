@@ -2,11 +2,16 @@
 the dashboard's ``PUT /api/trees/{id}/limits`` body and its tree page's form): canonical
 decimals only, so one amount has one spelling. No sign, exponent, hex, separator, space,
 NaN or infinity; dollars to the micro-dollar at most. The range (at least one micro-dollar
-or one step, at most MAX_USD or MAX_COUNT) is the coordinator's check, not this one's."""
+or one step, at most MAX_USD or MAX_COUNT) is the coordinator's check, not this one's.
+Also what a change did, as both of them say it."""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..models_limits import LimitsChange
 
 _USD = re.compile(r"(?:0|[1-9][0-9]{0,9})(?:\.[0-9]{1,6})?")
 _COUNT = re.compile(r"0|[1-9][0-9]{0,15}")
@@ -50,3 +55,15 @@ def count_from_text(value: object, name: str) -> int:
     if not _COUNT.fullmatch(text):
         raise ValueError(f"{name}: {text[:40]!r} is not {COUNT_HINT}")
     return int(text)
+
+
+def change_lines(done: LimitsChange) -> list[str]:
+    """What changed (each limit before -> after), the context's state after it, who and
+    why: the lines ``budgetctl limit`` prints (the dashboard's message joins them)."""
+    changed = "; ".join(f"{c.limit} {limit_text(c.limit, c.before)} -> "
+                        f"{limit_text(c.limit, c.after)}" for c in done.changes)
+    if done.stopped:
+        state = f"stopped: {done.stop_reason}"
+    else:
+        state = f"lifted {', '.join(done.lifted)}: running again" if done.lifted else "running"
+    return [f"{done.ctx_id}: {changed}", state, f"by {done.actor}: {done.reason}"]

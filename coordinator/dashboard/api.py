@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from ..quotas import Quotas
 from ..store.dashboard_reads import BACKEND_ERRORS
-from . import quota_edit
+from . import limits_edit, quota_edit
 from .live import Listener
 from .metrics import CONTENT_TYPE, registry_for, render
 from .runtime import Dashboard
@@ -30,7 +30,7 @@ MAX_REASON = 500
 
 
 def clean_reason(text: object) -> str:
-    """An abort reason: required, printable, at most MAX_REASON characters."""
+    """An abort's or a limit change's reason: required, printable, at most MAX_REASON characters."""
     if text is not None and not isinstance(text, str):
         raise ValueError(f"the reason must be a string, got {type(text).__name__}")
     if text is None or not text.strip():
@@ -121,6 +121,23 @@ def api_routes(dash: Dashboard) -> list[Route]:
                                          who.name, who.role)
         return JSONResponse({"id": request.path_params["id"], "status": status,
                              "reason": reason, "by": who.name})
+
+    async def limits(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        dash.check_action(request, who, request.headers.get("x-csrf-token"))
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ValueError("the body must be JSON: {\"max_cost_usd\": \"2.00\", "
+                             "\"reason\": \"...\"}") from None
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        changes = limits_edit.limits_from(body, also=("reason",))
+        reason = clean_reason(body.get("reason"))
+        done = await run_in_threadpool(limits_edit.change_limits, svc, tenant,
+                                       request.path_params["id"], changes, reason, who.name)
+        return JSONResponse({**done.model_dump(mode="json"), "by": who.name})
 
     def spend(request: Request) -> Response:
         who = dash.principal(request)
@@ -217,6 +234,7 @@ def api_routes(dash: Dashboard) -> list[Route]:
 
     return [Route("/api/trees", trees), Route("/api/trees/{id}", tree),
             Route("/api/trees/{id}/abort", abort, methods=["POST"]),
+            Route("/api/trees/{id}/limits", limits, methods=["PUT"]),
             Route("/api/spend", spend), Route("/api/spend.csv", spend_csv),
             Route("/api/shield", shield), Route("/api/sessions", sessions),
             Route("/api/live", live), Route("/api/quotas", quotas),

@@ -18,7 +18,12 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import ContextNotFoundError, QuotaNotFoundError
+from ..errors import (
+    ContextClosedError,
+    ContextNotFoundError,
+    CorruptStateError,
+    QuotaNotFoundError,
+)
 from ..runtime.coordinator import Coordinator
 from ..store.dashboard_reads import BACKEND_ERRORS
 from .alerts import Webhook
@@ -105,7 +110,8 @@ def create_app(
         ContextNotFoundError: handler(404), UnknownTenantError: handler(404),
         QuotaNotFoundError: handler(404),
         ValueError: handler(400), Forbidden: handler(403), NeedLogin: need_login,
-        NotRunningError: handler(409),
+        NotRunningError: handler(409), ContextClosedError: handler(409),
+        CorruptStateError: handler(409),
         **{cls: handler(503, "Redis is unavailable; this page retries in 5 s",
                         {"Retry-After": "5"}) for cls in BACKEND_ERRORS},
     }

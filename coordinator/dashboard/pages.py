@@ -1,6 +1,6 @@
 """The HTML pages (Jinja2, autoescaped): overview, tree, spend, shield, sessions, quotas,
-login; the tree page's abort form and the Quotas page's rule forms. Each page renders the
-same service data as its API twin."""
+login; the tree page's abort and limits forms and the Quotas page's rule forms. Each page
+renders the same service data as its API twin."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from ..core.labels import LABELS
 from ..quotas import Quotas
-from . import quota_edit
+from . import limits_edit, quota_edit
 from .api import clean_reason, page_query, since_of, trees_query
 from .auth import LoginThrottle, csrf_ok, csrf_token
 from .charts import day_bars
@@ -72,6 +72,21 @@ def page_routes(dash: Dashboard) -> list[Route]:
         ctx_id = request.path_params["id"]
         await run_in_threadpool(svc.abort, tenant, ctx_id, reason, who.name, who.role)
         query = urlencode({"tenant": tenant, "msg": f"aborted by {who.name}: {reason}"})
+        return RedirectResponse(f"{dash.base(request)}/trees/{ctx_id}?{query}", 303)
+
+    async def limits(request: Request) -> Response:
+        who = dash.principal(request)
+        tenant = dash.tenant(request, who)
+        form = await request.form()
+        csrf = form.get("csrf")
+        dash.check_action(request, who, csrf if isinstance(csrf, str) else None)
+        fields = {k: v.strip() for k, v in form.items() if isinstance(v, str)}
+        changes = limits_edit.limits_from(fields, also=("reason", "csrf"))
+        reason = clean_reason(form.get("reason"))
+        ctx_id = request.path_params["id"]
+        done = await run_in_threadpool(limits_edit.change_limits, svc, tenant, ctx_id, changes,
+                                       reason, who.name)
+        query = urlencode({"tenant": tenant, "msg": limits_edit.change_text(done)})
         return RedirectResponse(f"{dash.base(request)}/trees/{ctx_id}?{query}", 303)
 
     def spend(request: Request) -> Response:
@@ -176,6 +191,7 @@ def page_routes(dash: Dashboard) -> list[Route]:
 
     return [Route("/", overview), Route("/trees/{id}", tree),
             Route("/trees/{id}/abort", abort, methods=["POST"]),
+            Route("/trees/{id}/limits", limits, methods=["POST"]),
             Route("/spend", spend), Route("/shield", shield), Route("/sessions", sessions),
             Route("/quotas", quotas), Route("/quotas/set", quota_action, methods=["POST"]),
             Route("/quotas/{id}/delete", quota_action, methods=["POST"]),
