@@ -150,5 +150,5 @@ ENUMS: tuple[type[Enum], ...] = (StopReason, Status, FinishOutcome, NodeStatus, 
 
 TABLES: dict[str, dict[str, str] | frozenset[str]] = {
     "CALL_COUNTS": CALL_COUNTS, "ENDED_WITHOUT_RETURN": ENDED_WITHOUT_RETURN,
-    "DIMENSION_REASONS": DIMENSION_REASONS}
+    "DIMENSION_REASONS": DIMENSION_REASONS, "CEILING_REASONS": CEILING_REASONS}
 """The mappings every script sees as Lua tables (a set as ``{word = true}``)."""
