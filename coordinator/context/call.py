@@ -30,7 +30,7 @@ from ..quotas.steps import grant_short, refill_and_reserve
 from ..shield.pipeline import ToolCallContext
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
-from ..store.requests import ChainEvent, Finish, Flush, Open, Reap, Refusal, Reserve, Settled
+from ..store.requests import ChainEvent, Finish, Flush, Open, Reap, Refusal, Reserve
 from ..store.tree import Held, Refused, Replayed, Stop
 from .cancellation import CancellationToken
 from .failures import add_error
@@ -329,9 +329,7 @@ def finish(call: Call, outcome: FinishOutcome, record: NodeFields, amounts: list
         stops = yield from finish_served(call.lease, call.held, outcome, record, amounts,
                                          now=not write_behind)
     else:
-        done: Settled = yield Finish(state.path, call.call_id, outcome, record, amounts,
-                                      write_behind)
-        stops = done.stops
+        stops = yield Finish(state.path, call.call_id, outcome, record, amounts, write_behind)
     for stop in stops:
         if stop.ctx_id in state.path.ids:
             state.handle_stop(stop.reason)

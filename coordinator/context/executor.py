@@ -18,12 +18,12 @@ from ..store.requests import (
     Open,
     Refusal,
     Reserve,
-    Settled,
     TakeSlice,
     TopUp,
     WriteSlice,
 )
 from ..store.requests import Reap as ReapRequest
+from ..store.tree import Stop
 from .hooks import (
     AfterRaise,
     AfterReturn,
@@ -57,7 +57,7 @@ def _reserve(state: ContextState, r: Reserve) -> Any:
                                resend=r.resend)
 
 
-def _finish(state: ContextState, r: Finish) -> Settled:
+def _finish(state: ContextState, r: Finish) -> list[Stop]:
     """Written behind when asked, or queued while the tree's node is known down or does
     not answer (if it never lands, the reservation's lease charges the estimate)."""
     store, backend = state.store, state.coord.backend
@@ -71,11 +71,11 @@ def _finish(state: ContextState, r: Finish) -> Settled:
         else:
             if behind:
                 state.coord.schedule_flush()
-            return Settled(stops, behind)
+            return stops
     store.finish(r.path, r.reservation_id, outcome=r.outcome, node=r.node,
                  amounts=r.amounts, write_behind=True)
     state.coord.schedule_flush()
-    return Settled([], True)
+    return []
 
 
 def _open(state: ContextState, _: Open) -> None:

@@ -17,7 +17,6 @@ from ..core.paths import Path
 from ..core.vocabulary import FinishOutcome
 from ..models_records import NodeFields
 from .records import ReservationRecord
-from .tree import Stop
 
 Expired = Sequence[tuple[str, ReservationRecord]]
 """Holds a reply found expired: (reservation or slice id, its record)."""
@@ -41,7 +40,8 @@ class Reserve:
 class Finish:
     """Settle (outcome ``ok``) or release (``error``, ``skip``) a reservation, with its
     node record (or none); sent now, or queued (``write_behind``, or while the tree's
-    node is known down). Reply: :class:`Settled`."""
+    node is known down). Reply: the levels it stopped (none when it was queued: its stops
+    still happen in Redis, and are broadcast)."""
 
     path: Path
     reservation_id: str
@@ -53,15 +53,6 @@ class Finish:
     @property
     def waits(self) -> bool:
         return not self.write_behind
-
-
-@dataclass(frozen=True)
-class Settled:
-    """A finish's reply: the levels it stopped (none when it went behind), and whether it
-    went behind (queued: the flusher sends it)."""
-
-    stops: list[Stop]
-    behind: bool
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from coordinator.errors import DeadlineExceededError
 from coordinator.runtime.coordinator import Coordinator
 from coordinator.shield.pipeline import ShieldPipeline
 from coordinator.store.replies import Held, Stop
-from coordinator.store.requests import ChainEvent, Event, Finish, Reserve, Settled
+from coordinator.store.requests import ChainEvent, Event, Finish, Reserve
 from tests.unit.scripted import Script, context_state, offline_coordinator
 
 NOW = 1_700_000_000_000
-SETTLED = Settled([], False)
+SETTLED: list[Stop] = []
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def finish_of(script: Script) -> Finish:
 
 def test_a_call_that_returned_is_settled_behind_at_its_estimate(state: ContextState) -> None:
     call = started(state)
-    script = Script([(Finish, Settled([], True))])
+    script = Script([(Finish, [])])
     outcome = drive(complete(call, "the answer"), script)
     assert (outcome.decision, outcome.result) == (Decision.ALLOW, "the answer")
     finish = finish_of(script)
@@ -78,7 +78,7 @@ def test_a_settle_that_stops_a_level_stops_this_context(state: ContextState) -> 
     call = started(state)
     call.collector.add(Usage(cost_usd=1.5))
     stop = Stop("root", "budget_exceeded", "cost 10.5 of 10.0")
-    drive(complete(call, None), Script([(Finish, Settled([stop], False))]))
+    drive(complete(call, None), Script([(Finish, [stop])]))
     assert state.stopped == "budget_exceeded"
 
 
@@ -111,7 +111,7 @@ def test_a_retryable_failure_is_released_counting_a_retry(state: ContextState) -
 def test_a_failure_that_spent_the_retry_budget_halts(state: ContextState) -> None:
     call = started(state)
     stop = Stop("root", "retry_budget_exceeded", "retries 3 of 3")
-    script = Script([(Finish, Settled([stop], False)), (Event, None), (Event, None)])
+    script = Script([(Finish, [stop]), (Event, None), (Event, None)])
     outcome = drive(fail(call, RuntimeError("503")), script)
     assert outcome is not None
     assert (outcome.decision, outcome.reason) == (Decision.HALT, "provider_error")
@@ -154,7 +154,7 @@ def test_a_cancelled_call_is_charged_and_counts_a_step(state: ContextState,
 
 def test_an_interpreter_exit_is_settled_behind_and_raised(state: ContextState) -> None:
     call = started(state)
-    script = Script([(Finish, Settled([], True))])
+    script = Script([(Finish, [])])
     assert drive(fail(call, KeyboardInterrupt()), script) is None
     assert finish_of(script).write_behind
 
@@ -178,7 +178,7 @@ def test_a_tool_call_records_its_capability_call_on_the_chain(state: ContextStat
     call = drive(begin(state, object(), "tool", WrapOptions(operation_name="search")),
                  Script([(Reserve, Held(NOW, []))]))
     assert isinstance(call, Call)
-    script = Script([(ChainEvent, None), (Finish, Settled([], True))])
+    script = Script([(ChainEvent, None), (Finish, [])])
     drive(complete(call, {"hits": 3}), script)
     chain = script.asked[0]
     assert isinstance(chain, ChainEvent) and chain.root == "root"
