@@ -7,8 +7,7 @@ task cancelled with its context (steps.py: ``drive`` here, ``adrive`` on the I/O
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from ..core.usage import reset_collector, set_collector
@@ -26,21 +25,24 @@ _NO_OPTIONS = WrapOptions()
 _O = TypeVar("_O", Outcome, "Outcome | None")
 
 
-@dataclass(frozen=True)
 class Run:
     """Run the function as ``call``, in ``span``: the driver sends back its result, or
     throws in its error, and stays in the call (its context variables, its token) until
-    ``Leave``."""
+    ``Leave``. (Plain slotted classes: one of each is made per call.)"""
 
-    call: Call
-    span: Any
+    __slots__ = ("call", "span")
+
+    def __init__(self, call: Call, span: Any) -> None:
+        self.call, self.span = call, span
 
 
-@dataclass(frozen=True)
 class Leave:
     """The run is over and, if it raised, settled: the driver leaves ``call``."""
 
-    call: Call
+    __slots__ = ("call",)
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
 
 
 Need = Run | Leave | Steps[Any]
@@ -93,32 +95,47 @@ def _attempts(state: ContextState, owner: object, kind: Kind, fn: Callable[[], A
 
 def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
              options: WrapOptions | None) -> Outcome:
-    loop = _Loop(_attempts(state, owner, kind, fn, options))
+    attempts = _attempts(state, owner, kind, fn, options)
     execute = Executor(state)
     entered: tuple[Any, Any] = (None, None)
-    for need in loop:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
         try:
-            if isinstance(need, Run):
+            need = attempts.send(value) if error is None else attempts.throw(error)
+        except StopIteration as stop:
+            outcome: Outcome = stop.value
+            return outcome
+        value = error = None
+        try:
+            if type(need) is Run:
                 entered = _enter(need.call)
                 with tracing.in_span(need.span):
-                    loop.value = call_sync(fn)
-            elif isinstance(need, Leave):
+                    value = call_sync(fn)
+            elif type(need) is Leave:
                 _exit(need.call, entered)
             else:
-                loop.value = drive(need, execute)
+                value = drive(need, execute)  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
-            loop.error = exc
-    return loop.outcome
+            error = exc
 
 
 async def run_async(state: ContextState, owner: object, kind: Kind,
                     fn: Callable[[], Awaitable[Any]], options: WrapOptions | None) -> Outcome:
-    loop = _Loop(_attempts(state, owner, kind, fn, options))
+    attempts = _attempts(state, owner, kind, fn, options)
     events, io, execute = asyncio.get_running_loop(), state.coord.io, Executor(state)
     unhook: Callable[[], None] = _nothing
-    for need in loop:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
         try:
-            if isinstance(need, Run):
+            need = attempts.send(value) if error is None else attempts.throw(error)
+        except StopIteration as stop:
+            outcome: Outcome = stop.value
+            return outcome
+        value = error = None
+        try:
+            if type(need) is Run:
                 call = need.call
                 vars_ = _enter(call)
                 try:
@@ -128,48 +145,20 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
                     _exit(call, vars_, detach=False)
                 unhook = call.token.on_cancel(_canceller(events, task))
                 try:
-                    loop.value = await task
+                    value = await task
                 except asyncio.CancelledError:
                     if not call.token.cancelled:
                         raise
-                    loop.error = CancelledByContext(call.token.reason or "cancelled")
-            elif isinstance(need, Leave):
+                    error = CancelledByContext(call.token.reason or "cancelled")
+            elif type(need) is Leave:
                 unhook()
                 unhook = _nothing
                 if need.call.token is not state.cancellation_token:
                     need.call.token.detach()
             else:
-                loop.value = await adrive(need, execute, io)
+                value = await adrive(need, execute, io)  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
-            loop.error = exc
-    return loop.outcome
-
-
-class _Loop:
-    """The loop's generator, resumed with the answer to each of its needs: the ``value``
-    a driver sets, or the ``error`` it throws in; then how the wrap ended."""
-
-    def __init__(self, attempts: Generator[Need, Any, Outcome]) -> None:
-        self._attempts = attempts
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self._outcome: Outcome | None = None
-
-    def __iter__(self) -> Iterator[Need]:
-        while True:
-            value, error, self.value, self.error = self.value, self.error, None, None
-            try:
-                need = (self._attempts.send(value) if error is None
-                        else self._attempts.throw(error))
-            except StopIteration as stop:
-                self._outcome = stop.value
-                return
-            yield need
-
-    @property
-    def outcome(self) -> Outcome:
-        assert self._outcome is not None, "the loop has not ended"
-        return self._outcome
+            error = exc
 
 
 def _traced(span: Any, state: ContextState, outcome: _O, call: Call | None,
