@@ -88,6 +88,13 @@ class LeaseSlice:
         if self.inflight == 0 and self.pid == os.getpid():
             self.coord.call_later(0, self._give_back_now)
 
+    def handle_lift(self, reasons: frozenset[str]) -> None:
+        """A stop for ``reasons`` was lifted (Coordinator.set_limits): slices are taken
+        again (one given back at the stop stays given back)."""
+        with self._lock:
+            if self.stopped in reasons:
+                self.stopped = None
+
     # -- serving -------------------------------------------------------------------------
 
     def serve(self, amounts: Sequence[str | int]) -> bool:

@@ -135,7 +135,7 @@ class StopListener:
 
 def _lift(target: StopTarget, reasons: frozenset[str]) -> None:
     """Tell ``target`` the stops ``reasons`` above it were lifted, if it listens for that
-    (a lease slice does not: a slice given back at a stop stays given back)."""
+    (a handle's state and a lease slice do)."""
     handle_lift = getattr(target, "handle_lift", None)
     if handle_lift is not None and reasons:
         handle_lift(reasons)

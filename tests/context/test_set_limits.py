@@ -20,11 +20,13 @@ from coordinator import (
     Decision,
     ExecutionConfig,
     ExecutionContext,
+    LeasePolicy,
     SafetyEvent,
     TokenBudget,
     WrapOptions,
     report_usage,
 )
+from coordinator.context.lease_registry import slice_of
 from coordinator.core.paths import Path
 from coordinator.errors import ContextClosedError, ContextNotFoundError, InvalidConfigError
 from coordinator.models_limits import LimitChange
@@ -125,6 +127,23 @@ def test_a_raise_on_a_handle_lifts_the_stop_it_heard(coord: Coordinator) -> None
     child.close()
     root.close()
     _books(coord, root)
+
+
+def test_a_raise_lets_a_process_in_lease_mode_take_slices_again(coord: Coordinator) -> None:
+    root = ExecutionContext(ExecutionConfig(max_cost_usd=0.05, max_steps=100,
+                                            max_retries_total=3,
+                                            lease=LeasePolicy(usd=0.02, steps=10)))
+    decisions = _spend(root, 7)
+    assert decisions.count(Decision.ALLOW) == 5 and decisions[-1] == Decision.HALT
+    lease = slice_of(root._state)
+    assert lease is not None
+    until(lambda: lease.stopped == root.stop_reason == "budget_exceeded", "the stop was heard")
+    assert root.set_limits(max_cost_usd=0.08, actor="ops").lifted == ("budget_exceeded",)
+    assert lease.stopped is None  # it takes slices again
+    decisions = _spend(root, 5)
+    assert decisions.count(Decision.ALLOW) == 3 and decisions[-1] == Decision.HALT
+    root.close()
+    assert _books(coord, root) == 80_000
 
 
 def test_raising_never_lifts_an_abort(coord: Coordinator) -> None:
