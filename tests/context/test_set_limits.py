@@ -28,7 +28,12 @@ from coordinator import (
 )
 from coordinator.context.lease_registry import slice_of
 from coordinator.core.paths import Path
-from coordinator.errors import ContextClosedError, ContextNotFoundError, InvalidConfigError
+from coordinator.errors import (
+    ContextClosedError,
+    ContextNotFoundError,
+    CorruptStateError,
+    InvalidConfigError,
+)
 from coordinator.models_limits import LimitChange
 from coordinator.runtime.stop_listener import StopListener
 from tests.support import limits_procs
@@ -332,6 +337,16 @@ def test_bad_values_change_nothing(coord: Coordinator, bad: dict[str, Any]) -> N
     assert _hash(coord, root) == before
     assert _changes(root) == []
     root.close()
+
+
+def test_a_corrupt_counter_changes_nothing(coord: Coordinator) -> None:
+    root = _root()
+    coord.client.hset(coord.keyspace.ctx(root.root_id, root.chain_id), "u:steps", "1e3")
+    before = _hash(coord, root)
+    with pytest.raises(CorruptStateError):
+        coord.set_limits(root.chain_id, max_cost_usd=1.0, actor="ops")
+    assert _hash(coord, root) == before
+    assert _changes(root) == []
 
 
 def test_unknown_and_closed_contexts_change_nothing(coord: Coordinator) -> None:
