@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _MAX_BUFFER = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Event:
-    """One event: its bytes (blank line included) and its data (None: not JSON)."""
+class Event(NamedTuple):
+    """One event: its bytes (blank line included) and its data (None: not JSON). A named
+    tuple: one is built per event, and a frozen dataclass's ``__init__`` costs more."""
 
     raw: bytes
     data: Any
@@ -30,9 +29,11 @@ class EventSplitter:
         """The events that ``chunk`` completes (an event may span many chunks)."""
         buffer = self._buffer + chunk if self._buffer else chunk
         events, pos = [], 0
-        while (end := _END.search(buffer, pos)) is not None:
-            events.append(Event(buffer[pos:end.end()], _data(buffer[pos:end.start()])))
-            pos = end.end()
+        search = _END.search
+        while (end := search(buffer, pos)) is not None:
+            stop, after = end.span()
+            events.append(Event(buffer[pos:after], _data(buffer[pos:stop])))
+            pos = after
         self._buffer = buffer[pos:] if pos else buffer
         if len(self._buffer) > _MAX_BUFFER:  # not an event stream: pass it on
             events.append(Event(self._buffer, None))
