@@ -42,7 +42,8 @@
 
 local returned = 'r:' .. slice_id  -- in the finished ids once the slice was given back
 if slice_id ~= '' and redis.call('ZSCORE', fin, returned) then
-  return {0}  -- a give-back sent again (its reply was lost): it was the slice's last batch
+  -- a give-back sent again (its reply was lost): it was the slice's last batch
+  return {FinishCode.ALREADY}
 end
 local actual = flat_pairs(spent, 'dim', 'amount')
 local raw = redis.call('HGET', res, slice_id)
@@ -55,7 +56,7 @@ if raw then
   if applied == false then  -- a corrupt record: finish stops its level, charges nothing
     part.d = {'b', rec.b}
   elseif (applied or 0) >= seq then
-    if give_back ~= '1' then return {0} end
+    if give_back ~= '1' then return {FinishCode.ALREADY} end
     actual = {}  -- only the return is left to do
   end
 end
@@ -103,7 +104,7 @@ if #part.d > 0 or #actual > 0 then
                        ledger_channel)
 end
 if not ok then  -- a corrupt counter: nothing charged, its level stopped, the slice kept
-  local out = {3}
+  local out = {FinishCode.CORRUPT}
   for _, x in ipairs(stopped) do out[#out + 1] = x end
   return out
 end
@@ -132,6 +133,6 @@ if rec then
     redis.call('HSET', res, slice_id, cjson.encode(rec))
   end
 end
-local out = {1}
+local out = {FinishCode.FINISHED}
 for _, x in ipairs(stopped) do out[#out + 1] = x end
 return out

@@ -68,12 +68,12 @@ for j = 1, #dims do grant[j] = want[j] end
 local read = {}
 for lv = 1, #levels do
   local level = read_level(levels[lv], shape)
-  if level.status ~= Status.RUNNING then return {0, now, 'not running'} end
+  if level.status ~= Status.RUNNING then return {TakeCode.REFUSED, now, 'not running'} end
   -- a corrupt field refuses the slice: the strict reserve that follows stops the level
   -- (state_corrupt, lib/finish.lua)
-  if level.corrupt then return {0, now, 'corrupt ' .. level.corrupt_field} end
+  if level.corrupt then return {TakeCode.REFUSED, now, 'corrupt ' .. level.corrupt_field} end
   local deadline = level.deadline
-  if deadline > 0 and now >= deadline then return {0, now, 'deadline passed'} end
+  if deadline > 0 and now >= deadline then return {TakeCode.REFUSED, now, 'deadline passed'} end
   for j, d in ipairs(dims) do
     local slot = shape.slot[d]
     local limit = level[slot.limit]
@@ -81,7 +81,7 @@ for lv = 1, #levels do
       local left = limit - level[slot.used] - level[slot.held]
       local cap = math.floor(left * share)
       if cap < grant[j] then grant[j] = cap end
-      if left < least[j] then return {0, now, d .. ' too low'} end
+      if left < least[j] then return {TakeCode.REFUSED, now, d .. ' too low'} end
     end
   end
   for i, t in ipairs(totals) do
@@ -102,9 +102,11 @@ local nq = read[1].q
 if nq > 0 then
   local why
   qst, why = quota_state(levels[1], nq, now)
-  if not qst then return {0, now, 'quota ' .. why} end
+  if not qst then return {TakeCode.REFUSED, now, 'quota ' .. why} end
   for _, d in ipairs(QUOTA_DIMS) do
-    if qst.left[d] and qst.left[d] <= 0 then return {0, now, 'quota ' .. qst.short[d] .. ' used up'} end
+    if qst.left[d] and qst.left[d] <= 0 then
+      return {TakeCode.REFUSED, now, 'quota ' .. qst.short[d] .. ' used up'}
+    end
   end
   local cap = {usd = qst.left.usd, steps = qst.left.calls}
   if qst.left.tok then cap.tin, cap.tout = math.floor(qst.left.tok / 2), math.floor(qst.left.tok / 2) end
@@ -113,7 +115,7 @@ if nq > 0 then
   end
 end
 for j = 1, #dims do
-  if grant[j] < least[j] then return {0, now, dims[j] .. ' share too small'} end
+  if grant[j] < least[j] then return {TakeCode.REFUSED, now, dims[j] .. ' share too small'} end
 end
 
 -- Every level can spare it: hold the grant everywhere (one HSET per level).
@@ -143,6 +145,6 @@ redis.call('HSET', res, slice_id, cjson.encode(rec))
 redis.call('ZADD', leases, now + tonumber(lease_ms), slice_id)
 redis.call('SADD', slices, slice_id)
 
-local out = {1, now, #held / 2}
+local out = {TakeCode.TAKEN, now, #held / 2}
 for _, x in ipairs(held) do out[#out + 1] = x end
 return append_expired(out, res, leases, now)

@@ -42,7 +42,8 @@
 
 if redis.call('EXISTS', ctx) == 1 then
   local held = redis.call('HMGET', ctx, 'status', 'closed_ms')
-  return {0, 'exists', (held[1] == Status.CLOSED or held[2]) and 1 or 0}
+  local closed = (held[1] == Status.CLOSED or held[2]) and 1 or 0
+  return {OpenCode.REFUSED, OpenRefusal.EXISTS, closed}
 end
 local now = now_ms()
 local ids = split(path)
@@ -81,11 +82,11 @@ for a = 1, #ancestors do
   local v = redis.call('HMGET', ancestors[a], unpack(wanted))
   local h = {}
   for i, f in ipairs(wanted) do h[f] = v[i] end
-  if not h.status then return {0, StopReason.MISSING, ids[a]} end
+  if not h.status then return {OpenCode.REFUSED, OpenRefusal.MISSING, ids[a]} end
   local whole_path = not h.mid and h.path  -- opened by a version that kept 'path'
   if whole_path and h.path ~= table.concat(ids, ',', 1, a)
       or not whole_path and (h.mid or '') ~= table.concat(ids, ',', 2, a - 1) then
-    return {0, 'bad_path', ids[a]}
+    return {OpenCode.REFUSED, OpenRefusal.BAD_PATH, ids[a]}
   end
   if h.status ~= Status.RUNNING and stop_reason == '' then
     stop_reason, stopped_by = h.reason or h.status, ids[a]
@@ -114,7 +115,9 @@ for a = 1, #ancestors do
     end
     if corrupt then above[d], parent[d] = 0, 0 end
   end
-  if corrupt and stop_reason == '' then stop_reason, stopped_by = StopReason.STATE_CORRUPT, ids[a] end
+  if corrupt and stop_reason == '' then
+    stop_reason, stopped_by = StopReason.STATE_CORRUPT, ids[a]
+  end
 end
 if stop_reason == '' and deadline > 0 and now >= deadline then stop_reason = StopReason.TIMEOUT end
 
@@ -159,5 +162,5 @@ hash[#hash + 1] = 'clamped'
 hash[#hash + 1] = clamped_csv
 redis.call('HSET', ctx, unpack(hash))
 if parent_id ~= '' then redis.call('SADD', kids, ctx_id) end
-return {1, deadline, now, clamped_csv, effective.usd, effective.steps, effective.retries,
-        stop_reason, stopped_by}
+return {OpenCode.OPENED, deadline, now, clamped_csv, effective.usd, effective.steps,
+        effective.retries, stop_reason, stopped_by}

@@ -29,16 +29,18 @@
 
 local ids = split(path)
 for lv = 1, #ids do
-  if redis.call('EXISTS', levels[lv].ctx) == 0 then return {-1, lv} end
+  if redis.call('EXISTS', levels[lv].ctx) == 0 then return {ChargeCode.MISSING, lv} end
 end
-if redis.call('HSETNX', done, 'p:' .. charge_id, 'propagated') == 0 then return {0} end
+if redis.call('HSETNX', done, 'p:' .. charge_id, 'propagated') == 0 then
+  return {ChargeCode.ALREADY}
+end
 local rec = new_reservation(ids, {}, false)
 local ok, stopped = finish(rec, levels, flat_pairs(amounts, 'dim', 'amount'), false, false,
                            abort_channel, now_ms(), ledger, ledger_channel)
-local out = {3}
+local out = {ChargeCode.CORRUPT}
 if ok then
   append_capped(nodes, node_cap, node)
-  out = {1}
+  out = {ChargeCode.CHARGED}
 else
   redis.call('HDEL', done, 'p:' .. charge_id)  -- not applied: a later send may apply it
 end

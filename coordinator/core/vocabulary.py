@@ -108,6 +108,23 @@ CEILING_REASONS: frozenset[str] = frozenset({
 """The stops a limit caused: the only ones raising that limit lifts (set_limits.lua)."""
 
 
+class OpenRefusal(Word):
+    """Why open.lua created no context."""
+
+    EXISTS = "exists"
+    MISSING = "missing"
+    """An ancestor does not exist."""
+    BAD_PATH = "bad_path"
+    """An ancestor's own path is not the one given."""
+
+
+class OpenCode(IntEnum):
+    """open.lua's reply code."""
+
+    REFUSED = 0
+    OPENED = 1
+
+
 class ReserveCode(IntEnum):
     """reserve.lua's reply code."""
 
@@ -117,13 +134,32 @@ class ReserveCode(IntEnum):
 
 
 class FinishCode(IntEnum):
-    """settle.lua's and release.lua's reply code."""
+    """settle.lua's and release.lua's reply code (lease_flush.lua's too: ``ALREADY`` a
+    batch applied before, ``FINISHED`` applied, ``CORRUPT`` stopped by a corrupt
+    counter)."""
 
     ALREADY = 0
     FINISHED = 1
     CORRUPT = 3
     ORPHAN_CHARGED = 4
     ORPHAN_RECORDED = 5
+
+
+class TakeCode(IntEnum):
+    """lease_take.lua's reply code."""
+
+    REFUSED = 0
+    TAKEN = 1
+
+
+class ChargeCode(IntEnum):
+    """propagate.lua's reply code."""
+
+    MISSING = -1
+    """A level of the path does not exist: nothing written."""
+    ALREADY = 0
+    CHARGED = 1
+    CORRUPT = 3
 
 
 class AbortCode(IntEnum):
@@ -145,7 +181,8 @@ class LimitsCode(IntEnum):
 
 
 ENUMS: tuple[type[Enum], ...] = (StopReason, Status, FinishOutcome, NodeStatus, CallCount,
-                                 ReserveCode, FinishCode, AbortCode, LimitsCode)
+                                 OpenRefusal, OpenCode, ReserveCode, FinishCode, TakeCode,
+                                 ChargeCode, AbortCode, LimitsCode)
 """The enums every script sees as Lua tables of the same name."""
 
 TABLES: dict[str, dict[str, str] | frozenset[str]] = {

@@ -9,6 +9,7 @@ from typing import Any
 from ..core.contracts import PROPAGATE
 from ..core.paths import Path
 from ..core.script_constants import NODE_STREAM_CAP
+from ..core.vocabulary import ChargeCode
 from ..models_records import NodeFields, encode_node
 from .errors import UNAVAILABLE
 from .tree import Stop, Store, decode_stops
@@ -19,7 +20,7 @@ def decode_propagate(path: Path, reply: list[Any]) -> list[Stop] | None:
     """propagate.lua's reply: the levels of ``path`` the charge stopped (none for a charge
     already applied; a ``state_corrupt`` stop for a charge that a corrupt counter kept
     from being applied), or None when a level does not exist."""
-    if int(reply[0]) == -1:
+    if int(reply[0]) == ChargeCode.MISSING:
         return None
     return decode_stops(path, reply)
 

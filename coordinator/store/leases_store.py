@@ -13,7 +13,7 @@ from typing import Any
 from ..core.contracts import LEASE_FLUSH, LEASE_RETURN, LEASE_TAKE
 from ..core.paths import Path
 from ..core.script_constants import NODE_STREAM_CAP
-from ..core.vocabulary import NodeStatus
+from ..core.vocabulary import FinishCode, NodeStatus, TakeCode
 from ..models_records import NodeFields, encode_node
 from .records import ReservationRecord
 from .tree import Stop, Store, decode_stops
@@ -61,7 +61,7 @@ class Batch:
 
 def decode_take(reply: list[Any]) -> Taken | NotTaken:
     """lease_take.lua's reply (see its contract)."""
-    if int(reply[0]) != 1:
+    if int(reply[0]) != TakeCode.TAKEN:
         return NotTaken(str(reply[2]), int(reply[1]))
     n = int(reply[2])
     amounts = {str(reply[3 + 2 * i]): int(reply[4 + 2 * i]) for i in range(n)}
@@ -124,7 +124,8 @@ class LeaseStore:
     def flush(self, path: Path, op: Op) -> list[Stop]:
         """Run one flush now; the levels it stopped."""
         reply = self.wire.run(op)
-        return decode_stops(path, reply) if reply and int(reply[0]) != 0 else []
+        return (decode_stops(path, reply) if reply and int(reply[0]) != FinishCode.ALREADY
+                else [])
 
     def queue(self, op: Op) -> None:
         """Send ``op`` with the next round trip (the flusher retries it while Redis is

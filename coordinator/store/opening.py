@@ -14,6 +14,7 @@ import redis
 from ..core.contracts import OPEN
 from ..core.keys import KeySpace
 from ..core.paths import Path
+from ..core.vocabulary import OpenCode, OpenRefusal
 from .errors import MOVED
 from .topology import Client
 from .wire import Op, Wire, command, raise_errors
@@ -59,12 +60,12 @@ def _text(value: Any) -> str | None:
 
 def decode_open(reply: list[Any]) -> Opened | OpenRefused:
     """open.lua's reply (see its contract)."""
-    if reply[0] == 0:
+    if reply[0] == OpenCode.REFUSED:
         ancestor = _text(reply[2]) if len(reply) > 2 else None
         reason = _text(reply[1])
-        if reason == "missing":
+        if reason == OpenRefusal.MISSING:
             return OpenRefused("missing", ancestor)
-        if reason == "bad_path":
+        if reason == OpenRefusal.BAD_PATH:
             return OpenRefused("bad_path", ancestor)
         return OpenRefused("exists", closed=ancestor == "1")
     clamped = tuple(c for c in str(reply[3]).split(",") if c)
@@ -110,7 +111,7 @@ def open_context(wire: Wire, ks: KeySpace, path: Path, *, request_id: str, meta_
     results = wire.round_trip(ops)
     claimed, holder, reply = results[0], results[1], results[2]
     if isinstance(claimed, Exception):  # no claim (out of memory): no context either
-        if not isinstance(reply, Exception) and reply[0] == 1:
+        if not isinstance(reply, Exception) and reply[0] == OpenCode.OPENED:
             _undo_open(wire.client, ks, path)
     elif claimed and isinstance(reply, Exception):  # claimed, but the script failed
         _release_locator(wire.client, ks, path)
