@@ -28,6 +28,7 @@ from coordinator import (
 )
 from coordinator.context.lease_registry import slice_of
 from coordinator.core.paths import Path
+from coordinator.core.vocabulary import CEILING_REASONS
 from coordinator.errors import (
     ContextClosedError,
     ContextNotFoundError,
@@ -247,6 +248,16 @@ def test_the_listener_applies_a_lift_to_the_handles_under_it() -> None:
     listener.on_message(json.dumps({"root": "r", "id": "r", "reason": "aborted"}))
     assert under.heard == [frozenset({"budget_exceeded"}), "aborted"]
     assert beside.heard == ["aborted"]
+    # resubscribed after missing messages: the stops Redis has, and the lifts of the rest
+    stops = {under.tree_path: ["budget_exceeded"], beside.tree_path: []}
+    listener = StopListener(lambda: None,  # type: ignore[arg-type,return-value]
+                            lambda paths: [stops[p] for p in paths])
+    for handle in (under, beside):
+        handle.heard.clear()
+        listener.add(handle)
+    listener._resync()
+    assert under.heard == ["budget_exceeded", CEILING_REASONS - {"budget_exceeded"}]
+    assert beside.heard == [CEILING_REASONS]
 
 
 def test_a_raise_below_the_spend_lifts_nothing(coord: Coordinator) -> None:
