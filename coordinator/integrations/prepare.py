@@ -44,8 +44,8 @@ def context_for(explicit: ExecutionContext | None) -> ExecutionContext | None:
 
 def prepare(request: httpx2.Request, settings: TransportSettings
             ) -> tuple[RequestPlan, httpx2.Request] | None:
-    """The plan of an LLM request and the request to send (rewritten when its body
-    changed, and asking for an uncompressed stream); None for any other request."""
+    """The plan of an LLM request and the request to send (rebuilt when its body
+    changed; a stream is asked uncompressed); None for any other request."""
     if request.method != "POST":
         return None
     try:
@@ -57,6 +57,10 @@ def prepare(request: httpx2.Request, settings: TransportSettings
     if plan is None:
         return None
     if not plan.usage_added and not plan.stream:
+        return plan, request
+    if not plan.usage_added and request.headers.get("content-length") == str(len(content)):
+        # the body goes as it is: only the stream's encoding is asked for, in place
+        request.headers["accept-encoding"] = "identity"  # events metered as they arrive
         return plan, request
     headers = [(k, v) for k, v in request.headers.multi_items()
                if k.lower() not in ("content-length", "accept-encoding")]
