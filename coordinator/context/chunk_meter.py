@@ -39,6 +39,12 @@ class ChunkMeter:
         # Anthropic reports its counters apart (message_start, then message_delta).
         self.anthropic: dict[str, int] = {}
         self.estimated_output = 0  # text tokens seen since the last stated output count
+        # the running figures, kept as they change (read after every chunk)
+        self._stated_output = 0
+        self.output_tokens: int = 0
+        """The stated output count plus the text estimated since."""
+        self.input_tokens: int = input_tokens or 0
+        """The stated input count (when the provider stated one), else the estimate."""
 
     def observe(self, chunk: Any) -> None:
         if type(chunk) is dict and "type" not in chunk:
@@ -100,6 +106,7 @@ class ChunkMeter:
     def _text(self, text: Any) -> None:
         if isinstance(text, str) and text:
             self.estimated_output += self.count_tokens(text)
+            self.output_tokens = self._stated_output + self.estimated_output
 
     def _stated(self, usage: Any) -> None:
         if usage is None:
@@ -108,6 +115,7 @@ class ChunkMeter:
         if tokens.has_tokens:
             self.stated = tokens
             self.estimated_output = 0
+            self._restate()
 
     def _anthropic(self, usage: Any) -> None:
         if usage is None:
@@ -125,18 +133,22 @@ class ChunkMeter:
             "input_tokens": a.get("input_tokens", 0), "output_tokens": a.get("output_tokens", 0),
             "cache_read_input_tokens": a.get("cache_read_input_tokens", 0),
             "cache_creation_input_tokens": a.get("cache_creation_input_tokens", 0)})
+        self._restate()
 
-    @property
-    def output_tokens(self) -> int:
-        return (self.stated.output_tokens if self.stated else 0) + self.estimated_output
+    def _restate(self) -> None:
+        """Recompute the running figures from the stated count and the estimate."""
+        stated = self.stated
+        self._stated_output = stated.output_tokens if stated else 0
+        self.output_tokens = self._stated_output + self.estimated_output
+        self.input_tokens = stated.input_tokens if stated is not None and (
+            stated.input_tokens) else self.input_estimate or 0
 
     def usage(self) -> Usage:
         stated = self.stated
         if stated is not None and stated.input_tokens:
-            inp, cread, cwrite = (stated.input_tokens, stated.cache_read_input_tokens,
-                                  stated.cache_creation_input_tokens)
+            cread, cwrite = stated.cache_read_input_tokens, stated.cache_creation_input_tokens
         else:
-            inp, cread, cwrite = self.input_estimate or 0, 0, 0
-        return Usage(input_tokens=inp, output_tokens=self.output_tokens, model=self.model,
-                     provider=self.provider, cache_read_input_tokens=cread,
-                     cache_creation_input_tokens=cwrite)
+            cread, cwrite = 0, 0
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+                     model=self.model, provider=self.provider,
+                     cache_read_input_tokens=cread, cache_creation_input_tokens=cwrite)

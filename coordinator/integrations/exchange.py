@@ -52,6 +52,8 @@ class Exchange:
     """``output_allowance`` once a stream was cut at what the call holds."""
     outcome: Outcome | None = field(default=None, repr=False)
     price: pricing.ModelPrice | None = None
+    held_usd: int = 0
+    """What the call holds in USD, read once when its stream starts (0: not checked)."""
 
     @property
     def state(self) -> ContextState:
@@ -86,12 +88,13 @@ class Exchange:
         self.meter = ChunkMeter(plan.input_tokens, estimate_tokens, plan.provider, plan.model)
         self.sink = self.call.collector.meter()
         self.price = pricing.model_price(plan.model, plan.provider)  # looked up once
+        self.held_usd = self.call.held.get("usd", 0) if self.price is not None else 0
 
     def observe(self, data: Any) -> bool:
         """Meter one event; True when the stream must be cut here (its output reached
         what the call holds: the next chunk could pass the ceiling)."""
-        meter, sink = self.meter, self.sink
-        if meter is None or sink is None or not isinstance(data, dict):
+        meter = self.meter
+        if meter is None or self.sink is None or not isinstance(data, dict):
             return False
         meter.observe(data)  # (the usage goes to the call when it settles: _metered)
         plan = self.plan
@@ -100,14 +103,12 @@ class Exchange:
                 not plan.limit_named and produced >= plan.max_output_tokens):
             self.stop_reason = "output_allowance"
             return True
-        assert self.call is not None
-        held, price = self.call.held.get("usd", 0), self.price
+        held, price = self.held_usd, self.price
         if held and price is not None:
-            stated = meter.stated
-            inp = stated.input_tokens if stated is not None and stated.input_tokens else (
-                plan.input_tokens)
             # every input token at the full input rate: on the safe side of the real cost
-            if inp * price.input_per_mtok + produced * price.output_per_mtok > held:
+            # (the meter's input: the stated count, else the plan's estimate)
+            if meter.input_tokens * price.input_per_mtok + (
+                    produced * price.output_per_mtok) > held:
                 self.stop_reason = "output_allowance"
                 return True
         return False
