@@ -95,17 +95,12 @@ def _attempts(state: ContextState, owner: object, kind: Kind, fn: Callable[[], A
 
 def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], Any],
              options: WrapOptions | None) -> Outcome:
-    attempts = _attempts(state, owner, kind, fn, options)
+    loop = _Loop(_attempts(state, owner, kind, fn, options))
     execute = Executor(state)
     entered: tuple[Any, Any] = (None, None)
     value: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            need = attempts.send(value) if error is None else attempts.throw(error)
-        except StopIteration as stop:
-            outcome: Outcome = stop.value
-            return outcome
+    while (need := loop.resume(value, error)) is not None:
         value = error = None
         try:
             if type(need) is Run:
@@ -118,21 +113,17 @@ def run_sync(state: ContextState, owner: object, kind: Kind, fn: Callable[[], An
                 value = drive(need, execute)  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
             error = exc
+    return loop.outcome
 
 
 async def run_async(state: ContextState, owner: object, kind: Kind,
                     fn: Callable[[], Awaitable[Any]], options: WrapOptions | None) -> Outcome:
-    attempts = _attempts(state, owner, kind, fn, options)
+    loop = _Loop(_attempts(state, owner, kind, fn, options))
     events, io, execute = asyncio.get_running_loop(), state.coord.io, Executor(state)
     unhook: Callable[[], None] = _nothing
     value: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            need = attempts.send(value) if error is None else attempts.throw(error)
-        except StopIteration as stop:
-            outcome: Outcome = stop.value
-            return outcome
+    while (need := loop.resume(value, error)) is not None:
         value = error = None
         try:
             if type(need) is Run:
@@ -159,6 +150,27 @@ async def run_async(state: ContextState, owner: object, kind: Kind,
                 value = await adrive(need, execute, io)  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - the loop decides what it means
             error = exc
+    return loop.outcome
+
+
+class _Loop:
+    """The attempts generator, resumed by a driver with the answer to its last need."""
+
+    __slots__ = ("_attempts", "outcome")
+
+    def __init__(self, attempts: Generator[Need, Any, Outcome]) -> None:
+        self._attempts = attempts
+        self.outcome: Outcome
+
+    def resume(self, value: Any, error: BaseException | None) -> Need | None:
+        """The next need, given the last one's value or error; None once the loop has
+        ended (its outcome is then set)."""
+        try:
+            return (self._attempts.send(value) if error is None
+                    else self._attempts.throw(error))
+        except StopIteration as stop:
+            self.outcome = stop.value
+            return None
 
 
 def _traced(span: Any, state: ContextState, outcome: _O, call: Call | None,
