@@ -1,8 +1,8 @@
 """The words Python and the Lua scripts share: stop reasons, context statuses, the
 outcome a finish is asked for, a node record's status and the classes calls are counted
-by, and the scripts' reply codes. Each is an enum here, once; the store renders them into
-the prelude of every script (store/scripts.py), where ``StopReason.TIMEOUT`` reads as it
-does in Python."""
+by, and the scripts' reply codes. Each is an enum here, once; a script writes
+``StopReason.TIMEOUT`` as Python does and the store renders each member it names as its
+value (store/scripts.py), and the tables below into its prelude."""
 
 from __future__ import annotations
 
@@ -183,7 +183,7 @@ class LimitsCode(IntEnum):
 ENUMS: tuple[type[Enum], ...] = (StopReason, Status, FinishOutcome, NodeStatus, CallCount,
                                  OpenRefusal, OpenCode, ReserveCode, FinishCode, TakeCode,
                                  ChargeCode, AbortCode, LimitsCode)
-"""The enums every script sees as Lua tables of the same name."""
+"""The enums whose members (``Enum.MEMBER``) a script names and reads as their values."""
 
 TABLES: dict[str, dict[str, str] | frozenset[str]] = {
     "CALL_COUNTS": CALL_COUNTS, "ENDED_WITHOUT_RETURN": ENDED_WITHOUT_RETURN,

@@ -43,11 +43,33 @@ def _lua_table(entries: dict[str, Any]) -> str:
                            for k, v in entries.items()) + "}"
 
 
+_MEMBER = re.compile(r"\b(" + "|".join(e.__name__ for e in vocabulary.ENUMS)
+                     + r")\.([A-Za-z_]\w*)")
+_ENUMS = {e.__name__: e for e in vocabulary.ENUMS}
+
+
+def with_literals(source: str) -> str:
+    """``source`` with each enum member it names written as its value
+    (``ReserveCode.HELD`` -> ``1``, ``StopReason.TIMEOUT`` -> ``'timeout'``): a Lua
+    constant, where a table of the enum would be built at every call of the script. A
+    name the enum does not have is an error."""
+    def literal(m: re.Match[str]) -> str:
+        enum = _ENUMS[m.group(1)]
+        if m.group(2) not in enum.__members__:
+            raise ValueError(f"{m.group(1)} has no member {m.group(2)}")
+        text = _lua_literal(enum.__members__[m.group(2)].value)
+        # a negative in brackets: after a minus sign, '-1' would open a comment
+        return f"({text})" if text.startswith("-") else text
+    return _MEMBER.sub(literal, source)
+
+
 def prelude(source: str | None = None) -> str:
     """The Lua locals a script starts with: the constants shared with Python
     (coordinator/core/script_constants.py) and the vocabulary's enums and tables
     (coordinator/core/vocabulary.py), each a local of the same name, defined there once.
-    With ``source``, only those it names (a table is built at every call of the script)."""
+    With ``source``, only those it names (a table is built at every call of the script:
+    a script's members are literals, with_literals, so it names a table only to look a
+    word up in it)."""
     def wanted(name: str) -> bool:
         return source is None or re.search(rf"\b{name}\b", source) is not None
 
@@ -103,11 +125,13 @@ def libraries_source(names: Sequence[str]) -> str:
 
 
 def script_source(name: str) -> str:
-    """The source registered for ``name``: the prelude of the shared constants and words it
+    """The source registered for ``name``: the prelude of the shared constants and tables it
     names, the libraries its header lists on ``-- uses:`` (lua/lib/, each after those it needs), the
-    prologue binding its slots by name (store/script_slots.py), then the script itself."""
+    prologue binding its slots by name (store/script_slots.py), then the script itself, with
+    the enum members they name as literals (with_literals)."""
     text = (lua_dir() / f"{name}.lua").read_text()
-    body = "\n".join([libraries_source(declared(text, "uses")), prologue(name), text])
+    body = with_literals("\n".join([libraries_source(declared(text, "uses")), prologue(name),
+                                    text]))
     return prelude(body) + body
 
 

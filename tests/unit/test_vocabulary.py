@@ -14,7 +14,7 @@ from coordinator.core.vocabulary import (
     NodeStatus,
     StopReason,
 )
-from coordinator.store.scripts import prelude, script_source
+from coordinator.store.scripts import SCRIPT_NAMES, prelude, script_source
 
 
 def test_a_word_reads_as_its_value() -> None:
@@ -36,6 +36,11 @@ def test_the_prelude_names_each_word_as_python_does() -> None:
         for member in enum:
             assert f"['{member.name}'] = {member.value!r}" in text or (
                 f"['{member.name}'] = {member.value}" in text), (enum.__name__, member)
-    # a script gets the tables it names, and only those (each is built at every call)
-    assert "local ReserveCode" in script_source("reserve")
-    assert "local ReserveCode" not in script_source("append")
+    # a script gets the enum members it names as literals and only the tables it looks
+    # words up in (each table is built at every call)
+    reserve = script_source("reserve")
+    assert "return {1, now}" in reserve and "ReserveCode" not in reserve
+    assert "local CALL_COUNTS" in script_source("settle")
+    assert "local CALL_COUNTS" not in script_source("append")
+    assert not any(f"local {enum.__name__} =" in script_source(name)
+                   for enum in ENUMS for name in SCRIPT_NAMES)
