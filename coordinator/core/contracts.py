@@ -188,6 +188,9 @@ LEASE_RETURN = contract("lease_return", _SLICE_KEYS,
 REPAIR = contract("repair", "ctx events res", "ctx_id actor")
 SET_LIMITS = contract("set_limits", "ctx events ancestors{ctx}",
                       "ctx_id root abort_channel actor why limits{dim,limit:int}")
+APPROVAL_START = contract("approval", "root_ctx", "mode ctx_id reason wait_ms:int",
+                          "start")
+APPROVAL_END = contract("approval", "root_ctx", "mode ctx_id until_ms:int", "end")
 QUOTA_SET = contract("quota_set", "rule audit",
                      "action actor definition:json audit_cap:int match:json limits{dim,limit:int}")
 QUOTA_TAKE = contract(
@@ -220,8 +223,9 @@ CONTRACTS: tuple[Contract, ...] = (
     OPEN, RESERVE, SETTLE, RELEASE, ABORT, CLOSE, RENEW, BREAKER_CHECK, BREAKER_RECORD,
     WINDOW_ADMIT, WINDOW_CHARGE, EVENT_ONCE, APPEND, REFUSAL, PROPAGATE, DATA_READ_GET,
     DATA_READ_ALL, DATA_WRITE, DATA_MERGE, DATA_SPAWN, DATA_SNAPSHOT, LEASE_TAKE,
-    LEASE_FLUSH, LEASE_RETURN, REPAIR, SET_LIMITS, QUOTA_SET, QUOTA_TAKE, QUOTA_SETTLE,
-    QUOTA_RENEW, QUOTA_GRANT, QUOTA_END, SESSION_LOAD, SESSION_SAVE, SESSION_ACQUIRE,
-    SESSION_COMMIT, SESSION_RECORD, SESSION_TERMINATE, SESSION_LIST, SESSION_ABANDON)
+    LEASE_FLUSH, LEASE_RETURN, REPAIR, SET_LIMITS, APPROVAL_START, APPROVAL_END, QUOTA_SET,
+    QUOTA_TAKE, QUOTA_SETTLE, QUOTA_RENEW, QUOTA_GRANT, QUOTA_END, SESSION_LOAD, SESSION_SAVE,
+    SESSION_ACQUIRE, SESSION_COMMIT, SESSION_RECORD, SESSION_TERMINATE, SESSION_LIST,
+    SESSION_ABANDON)
 """Every declared contract (a script with modes has one per mode)."""
 
