@@ -7,14 +7,15 @@ import io
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
 from rich.tree import Tree
 
 from ..runtime.coordinator import Coordinator
 from ._common import JsonOption, WatchOption, connect, print_json, show
+from .events import EventLine, read_events
 from .help_format import PlainCommand, PlainGroup
-from .reads import locate, read_tree
+from .reads import Located, locate, read_tree
 from .rows import Node, Row, plural, usd
 
 app = typer.Typer(cls=PlainGroup)
@@ -46,6 +47,19 @@ def tree_view(root: Node) -> Tree:
     return view
 
 
+def ids_of(node: Node) -> list[str]:
+    """The ids of the contexts shown, ``node`` first."""
+    return [node.row.id, *(cid for child in node.children for cid in ids_of(child))]
+
+
+def with_events(view: Tree, events: list[EventLine]) -> RenderableType:
+    """The tree with its operator events under it (none: the tree alone)."""
+    if not events:
+        return view
+    return Group(view, Text("\nevents, newest first:", style="bold"),
+                 *(Text(e.line()) for e in events))
+
+
 def tree_text(coord: Coordinator, ctx_id: str) -> str:
     """The subtree under ``ctx_id`` as plain text lines (for the demo's output)."""
     root, _ = read_tree(coord, locate(coord, ctx_id))
@@ -54,9 +68,16 @@ def tree_text(coord: Coordinator, ctx_id: str) -> str:
     return buf.getvalue().rstrip("\n")
 
 
-def tree_json(root: Node, now_ms: int) -> dict[str, Any]:
+def tree_json(root: Node, now_ms: int, events: list[EventLine]) -> dict[str, Any]:
     """The stable JSON shape of `tree` (docs/cli.md)."""
-    return {"read_at_ms": now_ms, "tree": root.as_json(now_ms)}
+    return {"read_at_ms": now_ms, "tree": root.as_json(now_ms),
+            "events": [e.as_json() for e in events]}
+
+
+def read_all(coord: Coordinator, where: Located) -> tuple[Node, int, list[EventLine]]:
+    """The subtree, when it was read, and the newest events of the contexts read."""
+    root, now = read_tree(coord, where)
+    return root, now, read_events(coord, where.root, ids_of(root))
 
 
 @app.command(cls=PlainCommand)
@@ -67,14 +88,16 @@ def tree(
     json_out: JsonOption = False,
     watch: WatchOption = None,
 ) -> None:
-    """A context's subtree: spend against each ceiling, calls, and who stopped what."""
+    """A context's subtree: spend against each ceiling, calls, who stopped what, and the
+    newest events (stops, aborts, limit changes)."""
     with connect(ctx) as coord:
         where = locate(coord, context_id)
         if json_out:
-            print_json(lambda: tree_json(*read_tree(coord, where)), watch)
+            print_json(lambda: tree_json(*read_all(coord, where)), watch)
             return
 
         def render() -> RenderableType:
-            return tree_view(read_tree(coord, where)[0])
+            root, _, events = read_all(coord, where)
+            return with_events(tree_view(root), events)
 
         show(render, watch, f"budgetctl tree {where.ctx_id}")

@@ -145,7 +145,7 @@ def test_json_shapes(coord: Coordinator, redis_url: str, capsys: Capture) -> Non
     run.abort("budget review")
     code, out, _ = _cli(capsys, redis_url, "tree", "j1", "--json")
     doc = json.loads(out)
-    assert code == 0 and set(doc) == {"read_at_ms", "tree"}
+    assert code == 0 and set(doc) == {"read_at_ms", "tree", "events"}
     root = doc["tree"]
     assert set(root) == tree_keys | {"children", "more_children"}
     assert root["stop"]["reason"] == "aborted" and root["stop"]["detail"] == "budget review"
