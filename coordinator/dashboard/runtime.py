@@ -27,7 +27,7 @@ from .indexer import Indexer
 from .live import Live
 from .model import AlertRule
 from .quota_alerts import quota_crossings
-from .service import Service, UnknownTenantError
+from .service import Service, UnknownTenantError, abortable
 from .sessions import SessionsView
 
 ANONYMOUS = Principal("anonymous", "viewer", None, "none")
@@ -125,7 +125,7 @@ class Dashboard:
                                       autoescape=True, undefined=jinja2.StrictUndefined)
         self.env.filters.update(usd=_usd, pct=_pct, duration=_duration, num=_num,
                                 plural=_plural, when=_when, when_iso=_when_iso)
-        self.env.globals.update(bar=_bar, spark=_spark)
+        self.env.globals.update(bar=_bar, spark=_spark, abortable=abortable)
         self._started = False
         self._lock = threading.Lock()
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from ..context.execution import ExecutionContext
 from ..core.labels import LABELS
 from ..core.paths import stored_ids
+from ..core.vocabulary import CEILING_REASONS
 from ..errors import ContextNotFoundError
 from ..models import Decision, SafetyEvent
 from ..runtime.coordinator import Coordinator
@@ -38,7 +39,8 @@ class UnknownTenantError(LookupError):
 
 
 class NotRunningError(Exception):
-    """The context to abort is already stopped or closed (nothing is changed)."""
+    """The context to abort is closed, or already stopped otherwise than by a ceiling
+    (aborted, timed out...): nothing is changed."""
 
 
 class _Cache:
@@ -210,7 +212,10 @@ class Service:
 
     def abort(self, tenant: str, ctx_id: str, reason: str, actor: str, role: str) -> str:
         """Abort a context and its subtree through the public API, recording a
-        SafetyEvent that names the actor and the reason. Returns the resulting status."""
+        SafetyEvent that names the actor and the reason. Returns the resulting status. A
+        context a ceiling stopped is aborted too (abort.lua replaces that stop, so a later
+        raise cannot lift it), as ``budgetctl abort`` does; NotRunningError otherwise when
+        it is not running."""
         coord = self.coordinators.get(tenant)
         if coord is None:
             raise UnknownTenantError(tenant)
@@ -219,7 +224,7 @@ class Service:
         h = views.context(root, ctx_id) if root else {}
         if root is None or not h.get("id"):
             raise ContextNotFoundError(ctx_id)
-        if h.get("status") != "running":
+        if not abortable(h.get("status"), h.get("reason")):
             why = h.get("reason") or h.get("status")
             raise NotRunningError(f"{ctx_id} is already {h.get('status')} ({why}); "
                                   "nothing changed")
@@ -237,6 +242,12 @@ class Service:
             ctx.close()  # an attached handle: flushes, never closes the context
         self.cache.clear()
         return "aborted"
+
+
+def abortable(status: str | None, reason: str | None) -> bool:
+    """Whether an abort changes a context of this status and stop reason: a running one,
+    or one a ceiling stopped (its stop becomes ``aborted``)."""
+    return status == "running" or (status == "stopped" and reason in CEILING_REASONS)
 
 
 def _tag(key: str, kind: str) -> str:
