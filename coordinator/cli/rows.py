@@ -9,6 +9,7 @@ from typing import Any
 from ..core.durations import human_age
 from ..core.snapshots import call_counts, refusal_text
 from ..core.vocabulary import CallCount, StopReason
+from ..store.approval import approval_of
 
 
 def usd(micro: int) -> str:
@@ -54,6 +55,35 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """A tree waiting for approval: a call of context ``ctx`` met ``reason`` and waits,
+    until ``until_ms`` (Redis time) at most, for an operator to raise the limit."""
+
+    ctx: str
+    reason: str
+    until_ms: int
+    left_ms: int
+
+    def text(self, own_id: str) -> str:
+        """``waiting for approval: budget_exceeded at <ctx> (4m12s left)``."""
+        where = "" if self.ctx == own_id else f" at {self.ctx}"
+        return f"waiting for approval: {self.reason}{where} ({age(self.left_ms)} left)"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ctx": self.ctx, "reason": self.reason, "until_ms": self.until_ms}
+
+
+def waiting_of(h: dict[str, str], now_ms: int) -> Waiting | None:
+    """The wait for approval a root's hash shows at Redis time ``now_ms`` (None: none)."""
+    wait = approval_of(h, now_ms)
+    if wait is None:
+        return None
+    until = int(wait["approval_until_ms"])
+    return Waiting(str(wait["approval_ctx"]), str(wait["approval_reason"]), until,
+                   until - now_ms)
+
+
+@dataclass(frozen=True)
 class Row:
     """One context as budgetctl shows it."""
 
@@ -73,6 +103,8 @@ class Row:
     refusals: dict[str, int] = field(default_factory=dict)
     """Its refused calls by reason."""
     last_refusal: str | None = None
+    waiting: Waiting | None = None
+    """The tree's wait for approval (a root's row only): a call waits for an operator."""
 
     @property
     def fraction(self) -> float:
@@ -92,6 +124,10 @@ class Row:
     def state(self) -> str:
         """The status a person should read: a running context under a stop is halted;
         its refusals follow (``running, 3 refused: budget_exceeded``)."""
+        wait = f"{self.waiting.text(self.id)}; " if self.waiting else ""
+        return wait + self._stop_state()
+
+    def _stop_state(self) -> str:
         refused = self.refusal_text()
         refused = f", {refused}" if refused else ""
         if self.stop is None:
@@ -113,6 +149,7 @@ class Row:
             "call_outcomes": dict(self.outcomes), "refusals": dict(self.refusals),
             "last_refusal": self.last_refusal, "created_ms": self.created_ms,
             "age_s": max(0, now_ms - self.created_ms) // 1000 if self.created_ms else None,
+            "waiting_for_approval": self.waiting.as_json() if self.waiting else None,
         }
 
 
@@ -154,7 +191,7 @@ def row(cid: str, h: dict[str, str], above: Stop | None, now_ms: int) -> Row:
     # calls run, subtree included (a tree written before they were counted: its steps)
     return Row(cid, name, h.get("status", "?"), _int(h, "u:usd"), _int(h, "h:usd"),
                _int(h, "l:usd"), max(runs, _int(h, "u:steps")), _int(h, "created_ms"), stop,
-               outcomes, counts["refusals"], counts["last_refusal"])
+               outcomes, counts["refusals"], counts["last_refusal"], waiting_of(h, now_ms))
 
 
 @dataclass

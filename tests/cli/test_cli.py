@@ -136,7 +136,7 @@ def test_json_shapes(coord: Coordinator, redis_url: str, capsys: Capture) -> Non
         2, 1, 1, "spend")
     tree_keys = {"id", "name", "status", "halted", "stop", "spent_usd", "reserved_usd",
                  "limit_usd", "fraction", "calls", "calls_refused", "call_outcomes",
-                 "refusals", "last_refusal", "created_ms", "age_s"}
+                 "refusals", "last_refusal", "created_ms", "age_s", "waiting_for_approval"}
     (first,) = top["trees"]
     assert set(first) == tree_keys | {"usd_per_min"}
     assert (first["id"], first["name"], first["spent_usd"], first["limit_usd"],

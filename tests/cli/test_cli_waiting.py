@@ -1,0 +1,63 @@
+"""``budgetctl top`` and ``tree`` show a tree waiting for approval (the root hash's
+approval_ctx, approval_reason and approval_until_ms, later than Redis now), in the state
+column and as ``waiting_for_approval`` in ``--json``; a wait that has ended shows no more."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from coordinator import ChainMetadata, Coordinator, ExecutionConfig, ExecutionContext
+from coordinator.cli import main
+
+Capture = pytest.CaptureFixture[str]
+
+
+def _cli(capsys: Capture, redis_url: str, *args: str) -> tuple[int, str]:
+    Coordinator.default().store.flush()
+    code = main(["--redis", redis_url, *args])
+    return code, capsys.readouterr().out
+
+
+def test_top_and_tree_show_the_wait(coord: Coordinator, redis_url: str,
+                                    capsys: Capture) -> None:
+    config = ExecutionConfig(max_cost_usd=0.05, max_steps=20, max_retries_total=3)
+    run = ExecutionContext(config, metadata=ChainMetadata(request_id=uuid.uuid4().hex,
+                                                          chain_id="waits"))
+    kid = run.spawn_child(max_cost_usd=0.01)
+    other = ExecutionContext(config, metadata=ChainMetadata(request_id=uuid.uuid4().hex,
+                                                            chain_id="does-not-wait"))
+    coord.store.flush()
+    key = coord.keyspace.ctx("waits", "waits")
+    until = int(coord.redis_now_ms()) + 300_000
+    coord.client.hset(key, mapping={"approval_ctx": kid.chain_id,
+                                    "approval_reason": "budget_exceeded",
+                                    "approval_until_ms": until})
+
+    code, out = _cli(capsys, redis_url, "top", "--json")
+    trees = {t["id"]: t for t in json.loads(out)["trees"]}
+    assert code == 0
+    assert trees["waits"]["waiting_for_approval"] == {
+        "ctx": kid.chain_id, "reason": "budget_exceeded", "until_ms": until}
+    assert trees["does-not-wait"]["waiting_for_approval"] is None
+
+    code, out = _cli(capsys, redis_url, "top")
+    line = next(ln for ln in out.splitlines() if ln.startswith("waits "))
+    assert f"waiting for approval: budget_exceeded at {kid.chain_id} (4m5" in line, line
+    assert "waiting" not in next(ln for ln in out.splitlines() if ln.startswith("does-not"))
+
+    code, out = _cli(capsys, redis_url, "tree", "waits", "--json")
+    doc = json.loads(out)
+    assert doc["tree"]["waiting_for_approval"]["reason"] == "budget_exceeded"
+    code, out = _cli(capsys, redis_url, "tree", "waits")
+    assert "waiting for approval: budget_exceeded at" in out.splitlines()[0]
+
+    # a wait whose end has passed (its process died) shows no more
+    coord.client.hset(key, "approval_until_ms", int(coord.redis_now_ms()) - 1)
+    code, out = _cli(capsys, redis_url, "top", "--json")
+    trees = {t["id"]: t for t in json.loads(out)["trees"]}
+    assert trees["waits"]["waiting_for_approval"] is None
+    for ctx in (kid, run, other):
+        ctx.close()
