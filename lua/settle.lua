@@ -14,7 +14,7 @@
 -- ARGV[1]     reservation_id  reservation id
 -- ARGV[2]     abort_channel  abort channel (pub/sub, not a key)
 -- ARGV[3]     node  node record (JSON, written to KEYS[3] and counted on the path's hashes,
---             lib/calls_counted.lua count_call; '' writes none)
+--             lib/calls_counted.lua call_count_field, count_own; '' writes none)
 -- ARGV[4]     node_cap  node list cap (lib/common.lua append_capped)
 -- ARGV[5]     ledger_channel  ledger channel (pub/sub, not a key)
 -- ARGV[6]     late  '1' when the settle is late (first sent over 2 s ago, or its lease may have

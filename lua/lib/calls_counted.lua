@@ -1,33 +1,45 @@
 -- calls_counted.lua: a finished call counted from its node record on the context hashes
--- of its path (count_call, context_keys) and in the tree's spend by model (count_model);
+-- of its path (count_call, or finish's call_count_field and count_own; context_keys) and
+-- in the tree's spend by model (count_model);
 -- how a keyed call is remembered for its replays (remembered).
 -- needs: records
 
--- Counts a call from its decoded node record (node_record) on the context hashes of
--- its path, root first (keys): n:<outcome> at every level (subtree included), outcome
--- being ok, error, interrupted (aborted, timeout, lost) or halted; on its own context
--- only, n:unreported for a call charged the floor for reporting nothing and, for a node
--- with a stop_reason (refused before it ran), n:refused, nr:<reason> and nr_last = reason
--- instead of an outcome (CALL_COUNTS, from the prelude, maps a status to its outcome).
--- Fields are written only when a call counts (absent means 0).
--- A count that is not an integer (corrupt state) stays as it is: pcall, never a script
--- error after the charge was written.
-local function count_call(keys, node)
-  local own = keys[#keys]
+-- The field a call is counted in at every level of its path (subtree included), from its
+-- decoded node record (node_record): n:<outcome>, outcome being ok, error, interrupted
+-- (aborted, timeout, lost) or halted (CALL_COUNTS, from the prelude, maps a status to its
+-- outcome); nil for a node with a stop_reason (refused before it ran, counted on its own
+-- context only: count_own) or a status counted in no class.
+local function call_count_field(node)
+  if text_field(node, 'stop_reason') then return nil end
+  local outcome = CALL_COUNTS[text_field(node, 'status') or '']
+  return outcome and 'n:' .. outcome or nil
+end
+
+-- Counts a call on its own context (key own) only: for a node with a stop_reason,
+-- n:refused, nr:<reason> and nr_last = reason; else n:unreported for a call charged the
+-- floor for reporting nothing. Fields are written only when a call counts (absent means
+-- 0). A count that is not an integer (corrupt state) stays as it is: pcall, never a
+-- script error after the charge was written.
+local function count_own(own, node)
   local reason = text_field(node, 'stop_reason')
   if reason then
     redis.pcall('HINCRBY', own, 'n:' .. CallCount.REFUSED, 1)
     redis.pcall('HINCRBY', own, 'nr:' .. reason, 1)
     redis.call('HSET', own, 'nr_last', reason)
-    return
-  end
-  local outcome = CALL_COUNTS[text_field(node, 'status') or '']
-  if outcome then
-    for _, key in ipairs(keys) do redis.pcall('HINCRBY', key, 'n:' .. outcome, 1) end
-  end
-  if node.unreported == true then
+  elseif node.unreported == true then
     redis.pcall('HINCRBY', own, 'n:unreported', 1)
   end
+end
+
+-- Counts a call from its decoded node record on the context hashes of its path, root
+-- first (keys): call_count_field at every level, then count_own on its own context (the
+-- last). A count that is not an integer stays as it is (pcall), as in count_own.
+local function count_call(keys, node)
+  local field = call_count_field(node)
+  if field then
+    for _, key in ipairs(keys) do redis.pcall('HINCRBY', key, field, 1) end
+  end
+  count_own(keys[#keys], node)
 end
 
 -- The context hash keys of the first n levels (groups of ctx, events keys).

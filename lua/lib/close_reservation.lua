@@ -46,8 +46,9 @@ local function close_reservation(outcome, step, retry, keys, call)
     end
     rec, code = new_reservation(ids, {}, false), FinishCode.ORPHAN_CHARGED
   end
+  local node = call.node ~= '' and node_record(call.node) or {}
   local ok, stopped = finish(rec, keys.levels, amounts, step, retry, call.abort_channel, now,
-                             keys.ledger, call.ledger_channel)
+                             keys.ledger, call.ledger_channel, call_count_field(node))
   if not ok then
     if code == FinishCode.FINISHED and rec.f == nil then
       rec.f = {outcome, call.node, amounts}
@@ -59,14 +60,13 @@ local function close_reservation(outcome, step, retry, keys, call)
     redis.call('ZREM', keys.leases, id)
     redis.call('ZADD', finished, now, id)
     if now % FINISHED_TRIM_EVERY == 0 then trim_finished(finished, now) end
-    local node = call.node ~= '' and node_record(call.node) or {}
     if rec.k then redis.call('HSET', done, id, remembered(outcome, node)) end
     if code == FinishCode.ORPHAN_CHARGED then
       orphan_event(id, rec.p, true, amounts, now, keys.ledger, call.ledger_channel)
     end
     if call.node ~= '' then
       append_capped(keys.nodes, call.node_cap, call.node)
-      count_call(context_keys(keys.levels, #rec.p), node)
+      count_own(keys.levels[#rec.p].ctx, node)
       count_model(keys.bymodel, node, call.amounts)
     end
   end

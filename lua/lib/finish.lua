@@ -13,8 +13,11 @@
 -- levels[i].ctx and levels[i].events are the context hash and the event list of rec.p[i].
 -- When tokens were consumed, a TokenLedgerUpdated event is appended to the tree's ledger
 -- stream and published on the ledger channel.
+-- count (optional): a field ('n:<class>', lib/calls_counted.lua call_count_field) counting
+-- the call at every level, read with the level and written in its HSET; a count that is
+-- not a canonical integer stays as it is (never a stop: a count is not a limit).
 local function finish(rec, levels, actual, step, retry, channel, now, ledger_key,
-                      ledger_channel)
+                      ledger_channel, count)
   local dims, dheld, dused = {}, {}, {}
   local function touch(d)
     if dheld[d] == nil then
@@ -47,6 +50,11 @@ local function finish(rec, levels, actual, step, retry, channel, now, ledger_key
 
   local shape = level_shape({}, dims, totals)
   local fields = shape.fields
+  local count_at = nil
+  if count then
+    count_at = #fields + 1
+    fields[count_at] = count
+  end
   local root = rec.p[1]
   local caller_used = {}
   local plan, broken = {}, {}
@@ -90,7 +98,8 @@ local function finish(rec, levels, actual, step, retry, channel, now, ledger_key
     end
     if bad then broken[#broken + 1] = {lv, bad} end
     if lv == #rec.p then caller_used = used end
-    plan[lv] = {key = key, events = levels[lv].events, set = set, hit = hit}
+    plan[lv] = {key = key, events = levels[lv].events, set = set, hit = hit,
+                calls = count_at and level[count_at]}
   end
   if bad_record then broken[#broken + 1] = {#rec.p, bad_record} end
   local stopped = {}
@@ -109,6 +118,10 @@ local function finish(rec, levels, actual, step, retry, channel, now, ledger_key
   if rec.q then quota_finish(plan[1].key, rec, dheld, dused, plan[1].set) end
   for lv = 1, #rec.p do
     local p = plan[lv]
+    if p.calls then
+      p.set[#p.set + 1] = count
+      p.set[#p.set + 1] = p.calls + 1
+    end
     if #p.set > 0 then redis.call('HSET', p.key, unpack(p.set)) end
     if p.hit then stop(lv, p.hit[1], p.hit[2]) end
   end
