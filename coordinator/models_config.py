@@ -18,6 +18,7 @@ from .models_base import (
     check_count,
     check_slug,
     check_usd,
+    in_range,
 )
 
 
@@ -119,6 +120,10 @@ class ExecutionConfig(_Frozen):
     lease: LeasePolicy | None = None
     """Lease mode for this context's calls (``None``: strict reserves). Children inherit it
     unless they say otherwise."""
+    approval_wait_s: float | None = None
+    """How long a call that meets a ceiling (or does not fit under one) waits for an
+    operator to raise the limit before it halts, in seconds (``None``: it halts at once).
+    Children inherit it (docs/operators.md, "Wait for approval")."""
 
     @field_validator("max_cost_usd", mode="before")
     @classmethod
@@ -139,6 +144,14 @@ class ExecutionConfig(_Frozen):
     @classmethod
     def _deadline(cls, v: Any) -> datetime | None:
         return validate_deadline(v)
+
+    @field_validator("approval_wait_s", mode="before")
+    @classmethod
+    def _approval_wait(cls, v: Any) -> float | None:
+        if v is not None and not in_range(v, 0.001, MAX_TIMEOUT_MS / 1000):
+            raise ValueError(f"approval_wait_s must be a number of seconds from 0.001 to "
+                             f"{MAX_TIMEOUT_MS // 1000} (None = no wait)")
+        return v if v is None else float(v)
 
 
 def validate_deadline(v: Any) -> datetime | None:

@@ -6,7 +6,8 @@ and async loops that run the call between these steps are in wrap.py.
 The steps are generators yielding plain requests (store/requests.py, hooks.py) and
 receiving their replies (steps.py drives them in the caller's thread or from an event
 loop, executor.py answers them): one implementation for both, and a unit test feeds them
-scripted replies. While the backend
+scripted replies. A call refused by a ceiling may wait for an operator's raise first
+(approval_steps.py, ExecutionConfig.approval_wait_s). While the backend
 breaker is open (Redis stalled), a call fails closed before anything is sent, unless a
 live lease slice covers it (lease_steps.py: such a call yields no request at all)."""
 
@@ -32,6 +33,7 @@ from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
 from ..store.requests import ChainEvent, Finish, Flush, Open, Reap, Refusal, Reserve
 from ..store.tree import Held, Refused, Replayed, Stop
+from .approval_steps import wait_for_approval, waits_for
 from .cancellation import CancellationToken
 from .failures import add_error
 from .hooks import BeforeCall, HookRefusal
@@ -105,7 +107,7 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     """Reserve, then consult the pipeline and the circuit breaker. Returns the call in
     flight, or the decision that stops it before it runs."""
     call_id, keyed = state.next_call_id()
-    if state.stopped is not None:
+    if state.stopped is not None and not waits_for(state, state.stopped):
         # the same words as reserve.lua's refusal of a stopped level: whether this process
         # heard the stop (pub/sub) or learns it from Redis is a race, and the records of
         # one stop must not differ by who won it (the dashboard folds identical ones)
@@ -148,6 +150,9 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                         yield Reap(state.path, res.expired)
                     yield Flush()
                     res = yield from _reserve(state, call_id, amounts, keyed)
+                if isinstance(res, Refused) and waits_for(state, res.reason):
+                    res = yield from wait_for_approval(
+                        state, res, lambda: _reserve(state, call_id, amounts, keyed))
     except UNAVAILABLE as exc:
         if is_stall(exc):
             backend.failed(exc, state.backend_key)

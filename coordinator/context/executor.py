@@ -11,6 +11,9 @@ from ..quotas.keeper import keeper_of
 from ..store.data import DataStore
 from ..store.errors import UNAVAILABLE
 from ..store.requests import (
+    ApprovalEnd,
+    ApprovalStart,
+    AwaitApproval,
     ChainEvent,
     Event,
     Finish,
@@ -24,6 +27,7 @@ from ..store.requests import (
 )
 from ..store.requests import Reap as ReapRequest
 from ..store.tree import Stop
+from . import approval
 from .hooks import (
     AfterRaise,
     AfterReturn,
@@ -50,6 +54,10 @@ class Executor:
 
     def __call__(self, request: Request) -> Any:
         return _RUN[type(request)](self.state, request)
+
+    async def await_approval(self, request: AwaitApproval) -> bool:
+        """The wait for approval on the event loop (adrive's; ``__call__`` blocks)."""
+        return await approval.await_async(self.state, request)
 
 
 def _reserve(state: ContextState, r: Reserve) -> Any:
@@ -125,5 +133,7 @@ _RUN: dict[type, Callable[[ContextState, Any], Any]] = {
     TakeSlice: _take_slice, WriteSlice: _write_slice, ReapRequest: _reap,
     Refusal: _refusal, Event: _event, ChainEvent: _chain_event, BeforeCall: before_call,
     AfterReturn: after_return, AfterRaise: after_raise, ReleaseProbe: release_probe,
+    ApprovalStart: approval.start, AwaitApproval: approval.await_sync,
+    ApprovalEnd: approval.end,
 }
 """Each request type's runner."""

@@ -2,8 +2,8 @@
 that yield the requests they need, as plain data (store/requests.py, hooks.py); an
 executor (executor.py, or a test's script) answers each. The sync driver runs each
 request in the caller's thread; the async driver awaits the store's I/O thread for a
-request that may wait on Redis, so the event loop never does. The twins differ only in
-how they wait."""
+request that may wait on Redis, so the event loop never does, and awaits a wait for
+approval (an operator's raise) as a future. The twins differ only in how they wait."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from ..store.io_thread import IOThread, Item
-from ..store.requests import Reserve, StoreRequest
+from ..store.requests import AwaitApproval, Reserve, StoreRequest
 from .hooks import HookRequest
 
 T = TypeVar("T")
@@ -54,6 +54,8 @@ async def adrive(steps: Steps[T], execute: Execute, io: IOThread) -> T:
             try:
                 if isinstance(request, Reserve):
                     value = await wait(io.submit(request))
+                elif isinstance(request, AwaitApproval):
+                    value = await _await_approval(execute, request)
                 elif not request.waits:
                     value = execute(request)
                 else:
@@ -69,6 +71,15 @@ async def adrive(steps: Steps[T], execute: Execute, io: IOThread) -> T:
     except StopIteration as stop:
         result: T = stop.value
         return result
+
+
+async def _await_approval(execute: Execute, request: AwaitApproval) -> Any:
+    """A wait for approval awaited here, the event loop free: the executor's
+    ``await_approval``; an executor without one (a test's script) answers at once."""
+    awaiting = getattr(execute, "await_approval", None)
+    if awaiting is None:
+        return execute(request)
+    return await awaiting(request)
 
 
 def _adopt(ctx: contextvars.Context) -> None:

@@ -113,6 +113,7 @@ def _build_child_plan(parent: ExecutionConfig, max_cost_usd: float | None,
         deadline=deadline,
         lease=(parent.lease if lease is None or lease is True
                else lease if isinstance(lease, LeasePolicy) else None),
+        approval_wait_s=parent.approval_wait_s,
     )
     explicit = frozenset(k for k, v in given.items() if v is not None)
     return _build_open_plan(config, True, explicit)

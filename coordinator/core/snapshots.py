@@ -50,6 +50,7 @@ def config_from_hash(h: dict[str, str]) -> ExecutionConfig:
         token_budget=None,
         deadline=ms_to_datetime(int(h.get("deadline") or 0)),
         lease=LeasePolicy(**requested["lease"]) if "lease" in requested else None,
+        approval_wait_s=requested.get("approval_wait_s"),
     )
 
 

@@ -29,12 +29,17 @@ def start_wait(store: Store, root: str, ctx_id: str, reason: str, wait_ms: int) 
         mode="start", ctx_id=ctx_id, reason=reason, wait_ms=wait_ms))))
 
 
+def end_wait_op(store: Store, root: str, ctx_id: str, until_ms: int) -> Op:
+    """The op ending the wait ``start_wait`` began (returning ``until_ms``), unless a
+    later wait replaced it; its reply is 1 when it deleted the fields, else 0."""
+    return Op(APPROVAL_END.script, APPROVAL_END.key_list(root_ctx=store.ks.ctx(root, root)),
+              APPROVAL_END.arg_list(mode="end", ctx_id=ctx_id, until_ms=until_ms))
+
+
 def end_wait(store: Store, root: str, ctx_id: str, until_ms: int) -> bool:
-    """End the wait ``start_wait`` began (returning ``until_ms``), unless a later wait
-    replaced it. Returns whether the fields were deleted."""
-    return bool(store.wire.run(Op(APPROVAL_END.script, APPROVAL_END.key_list(
-        root_ctx=store.ks.ctx(root, root)), APPROVAL_END.arg_list(
-        mode="end", ctx_id=ctx_id, until_ms=until_ms))))
+    """End the wait now (see :func:`end_wait_op`). Returns whether the fields were
+    deleted."""
+    return bool(store.wire.run(end_wait_op(store, root, ctx_id, until_ms)))
 
 
 def approval_of(fields: Mapping[str, Any], now_ms: int) -> dict[str, Any] | None:

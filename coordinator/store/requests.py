@@ -148,5 +148,39 @@ class ChainEvent:
     waits: ClassVar[bool] = False
 
 
+@dataclass(frozen=True)
+class ApprovalStart:
+    """Show ``path``'s tree waiting for approval of a call stopped for ``reason``, for
+    ``wait_ms`` (store/approval.py). Reply: the wait's end, approval_until_ms (Redis ms;
+    0 when the tree is gone)."""
+
+    path: Path
+    reason: str
+    wait_ms: int
+    waits: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    """Wait until a limit of ``path`` is raised (a lift heard), the context is aborted or
+    timed out (its cancellation token), a poll interval passes, or Redis time reaches
+    ``until_ms``: a blocked thread, or an awaited future on the event loop (steps.py).
+    Reply: whether time is left before ``until_ms``."""
+
+    path: Path
+    until_ms: int
+    waits: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ApprovalEnd:
+    """Stop showing the wait ``ApprovalStart`` began (ending at ``until_ms``), unless a
+    later wait replaced it. Queued. Reply: None."""
+
+    path: Path
+    until_ms: int
+    waits: ClassVar[bool] = False
+
+
 StoreRequest = Reserve | Finish | Open | Flush | TopUp | TakeSlice | WriteSlice | Reap | \
-    Refusal | Event | ChainEvent
+    Refusal | Event | ChainEvent | ApprovalStart | AwaitApproval | ApprovalEnd
