@@ -49,12 +49,17 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 def payload(hook: Webhook, alert: Alert) -> bytes:
     if hook.slack:
         return json.dumps({"text": alert.message()}).encode()
-    return json.dumps({"type": "budget_alert", **alert.as_json()}).encode()
+    return json.dumps({"type": _type(alert), **alert.as_json()}).encode()
+
+
+def _type(alert: Alert) -> str:
+    """``approval_needed`` for a tree waiting for approval, else ``budget_alert``."""
+    return "approval_needed" if alert.kind == "approval_needed" else "budget_alert"
 
 
 def event_json(alert: Alert) -> str:
     """The alert as a SafetyEvent (JSON) for the context's event list."""
-    return json.dumps({"event_type": "budget_alert", "decision": "ALLOW",
+    return json.dumps({"event_type": _type(alert), "decision": "ALLOW",
                        "reason": alert.message(), "hook": "dashboard", "request_id": None,
                        "ts": alert.ts_ms,
                        "metadata": {**alert.as_json(), "chain_id": alert.context}})

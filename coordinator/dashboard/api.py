@@ -52,9 +52,11 @@ def _int(request: Request, name: str, default: int) -> int:
 
 
 def trees_query(request: Request) -> dict[str, Any]:
-    """The overview's query parameters (sort, label filter, page, size, since)."""
+    """The overview's query parameters (sort, label filter, state filter, page, size,
+    since)."""
     return {"sort": request.query_params.get("sort", "spend"),
             "label": request.query_params.get("label") or None,
+            "state": request.query_params.get("state") or None,
             "page": _int(request, "page", 1), "size": _int(request, "size", 50),
             "since": since_of(request)}
 

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
+from functools import partial
 
 from ..errors import InvalidConfigError
 from ..runtime.coordinator import Coordinator
@@ -23,6 +24,7 @@ from ..store.dashboard_index import DashboardIndex
 from ..store.dashboard_reads import DashboardReads
 from .alerts import Notifier, rules_from_env, webhooks_from_env
 from .app import create_app
+from .approval_alerts import approval_crossings, dashboard_url
 from .auth import Auth
 from .indexer import Indexer
 from .live import Live
@@ -88,8 +90,11 @@ def run_alerts(redis_url: str | None = None, *, tenants: Sequence[str] | None = 
     hooks = webhooks_from_env()
     notifier = Notifier(hooks) if hooks else None
     sweep_s = sweep_from_env()
+    base = dashboard_url()
     indexers = {t: Indexer(DashboardIndex(c.client, c.keyspace), rules=rules_from_env(),
-                           notifier=notifier, sweep_s=sweep_s, retention_s=c.retention_s)
+                           notifier=notifier, sweep_s=sweep_s, retention_s=c.retention_s,
+                           approval_alerts=partial(approval_crossings, c.client, c.keyspace,
+                                                   t, base))
                 for t, c in coords.items()}
     live = Live(views, on_change=lambda t, r: indexers[t].mark_dirty(r))
     live.start()

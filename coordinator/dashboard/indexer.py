@@ -48,11 +48,14 @@ class Indexer:
     def __init__(self, views: DashboardIndex, *, rules: Sequence[AlertRule] = (),
                  notifier: Notifier | None = None, tick_s: float = 0.5,
                  sweep_s: float = 5.0, retention_s: int = 7 * 24 * 3600,
-                 quota_alerts: Callable[[int], list[Alert]] | None = None) -> None:
+                 quota_alerts: Callable[[int], list[Alert]] | None = None,
+                 approval_alerts: Callable[[], list[Alert]] | None = None) -> None:
         self.views = views
         self.quota_alerts = quota_alerts
         """The quota buckets' crossings at a Redis-ish time (quota_alerts.py), checked
         every sweep."""
+        self.approval_alerts = approval_alerts
+        """The trees waiting for approval now (approval_alerts.py), checked every sweep."""
         self.rules = list(rules)
         self.notifier = notifier
         self.tick_s = tick_s
@@ -173,6 +176,9 @@ class Indexer:
         self.last_sweep_ms = int(time.time() * 1000)
         if self.quota_alerts is not None:
             self._emit(self.quota_alerts(self.last_sweep_ms), stream=False)
+        if self.approval_alerts is not None:
+            self._emit([a for a in self.approval_alerts()
+                        if (a.root, a.threshold) not in self._fired])
 
     def _open_chunks(self) -> Iterator[list[tuple[str, float]]]:
         """The library's open trees (root, creation ms), shard by shard, in batches of

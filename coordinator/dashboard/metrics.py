@@ -1,5 +1,6 @@
 """Prometheus metrics of the dashboard: read from the indexer's views at scrape time
-(a few commands per tenant, whatever the number of trees), on the app's own registry."""
+(a few commands per tenant, whatever the number of trees; the trees waiting for approval:
+the newest open trees' wait fields, dashboard/waiting.py), on the app's own registry."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from .quota_metrics import QuotaCollector
 from .service import Service
+from .waiting import count_by_reason
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BREAKER_STATES = ("CLOSED", "OPEN", "HALF_OPEN")
@@ -36,6 +38,12 @@ class _DashboardCollector(Collector):
                                   labels=["tenant", "name", "state"])
         failures = GaugeMetricFamily("budget_breaker_failures", "Consecutive failures counted",
                                      labels=["tenant", "name"])
+        waiting = GaugeMetricFamily("budget_waiting_trees",
+                                    "Open trees waiting for approval (a call waits for an "
+                                    "operator to raise a limit)", labels=["tenant"])
+        waiting_by = GaugeMetricFamily("budget_waiting_trees_by_reason",
+                                       "Open trees waiting for approval, by the stop waited on",
+                                       labels=["tenant", "reason"])
         for tenant in self.service.tenants:
             count, views = self.service.views[tenant].counts()
             trees.add_metric([tenant], count)
@@ -52,7 +60,11 @@ class _DashboardCollector(Collector):
                 for s in BREAKER_STATES:
                     state.add_metric([tenant, b["name"], s], 1.0 if b["state"] == s else 0.0)
                 failures.add_metric([tenant, b["name"]], b["failures"])
-        yield from (trees, spend, tokens, held, stops, state, failures)
+            waits = self.service.waiting(tenant)
+            waiting.add_metric([tenant], len(waits))
+            for reason, n in count_by_reason(waits).items():
+                waiting_by.add_metric([tenant, reason], n)
+        yield from (trees, spend, tokens, held, stops, state, failures, waiting, waiting_by)
         stats = self.stats()
         alerts = CounterMetricFamily("budget_dashboard_alerts",
                                      "Alerts this process emitted (after dedup)")

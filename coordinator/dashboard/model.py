@@ -12,6 +12,7 @@ from ..core.keys import DASH_SORTS
 from ..core.labels import LABELS, labels_of
 from ..errors import InvalidConfigError
 from ..models_base import MAX_USD, in_range
+from ..store.approval import APPROVAL_FIELDS, approval_of
 
 SORTS = DASH_SORTS
 """How the overview can be ordered (``age``: newest first): the indexes the store keeps."""
@@ -21,7 +22,7 @@ SAMPLE_EVERY_MS = 10_000
 BURN_ALERT_MIN_AGE_MS = 60_000
 ROW_FIELDS = ("id", "status", "reason", "detail", "created_ms", "stopped_ms", "closed_ms",
               "meta", "u:usd", "h:usd", "l:usd", "u:steps", "l:steps", "u:retries",
-              "u:tin", "u:tout", "depth", "parent")
+              "u:tin", "u:tout", "depth", "parent", *APPROVAL_FIELDS)
 """The context hash fields a row needs (one HMGET)."""
 
 
@@ -124,6 +125,8 @@ class Row:
     minutes_to_ceiling: float | None = None
     stopped_by: str | None = None
     """The context whose stop this one inherits (itself when it was stopped itself)."""
+    waiting_for_approval: dict[str, Any] | None = None
+    """A root's wait for approval: ``{ctx, reason, until_ms}`` (None: none, or ended)."""
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,7 +157,14 @@ def row_from_hash(h: Mapping[str, Any], now_ms: int, rate: float = 0.0,
         parent=str(h["parent"]) if h.get("parent") else None,
         usd_per_min=proj.usd_per_min, minutes_to_ceiling=proj.minutes_to_ceiling,
         stopped_by=str(h.get("id")) if status == "stopped" else None,
+        waiting_for_approval=_waiting(h, now_ms),
     )
+
+
+def _waiting(h: Mapping[str, Any], now_ms: int) -> dict[str, Any] | None:
+    got = approval_of(h, now_ms)
+    return None if got is None else {"ctx": got["approval_ctx"], "reason": got["approval_reason"],
+                                     "until_ms": got["approval_until_ms"]}
 
 
 def sort_scores(row: Row) -> dict[str, float]:
@@ -204,10 +214,24 @@ class Alert:
     spend_usd: float
     ceiling_usd: float | None
     ts_ms: int
+    reason: str | None = None
+    """An approval_needed alert's stop waited on (``budget_exceeded``...)."""
+    limit: str | None = None
+    """An approval_needed alert's limit reached (``max_cost_usd $0.05``)."""
+    link: str | None = None
+    """An approval_needed alert's tree page (BUDGET_DASHBOARD_URL + ``/trees/<id>``)."""
+
+    @property
+    def kind(self) -> str:
+        """``fraction``, ``burn`` or ``approval_needed``."""
+        return self.threshold.partition(":")[0]
 
     def message(self) -> str:
         kind, _, level = self.threshold.partition(":")
         who = " ".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or self.root
+        if kind == "approval_needed":
+            return (f"budget {who}: {self.context} waits for approval ({self.reason}: "
+                    f"{self.limit} reached); raise the limit at {self.link}")
         if kind == "fraction":
             return (f"budget {who}: {self.value:.0%} of the ${self.ceiling_usd or 0:.2f} "
                     f"ceiling spent (threshold {float(level):.0%})")

@@ -46,7 +46,7 @@ def page_routes(dash: Dashboard) -> list[Route]:
 
         def link(**change: object) -> str:
             params = {"tenant": tenant, "sort": query["sort"], "label": query["label"] or "",
-                      "page": query["page"],
+                      "state": query["state"] or "", "page": query["page"],
                       "size": query["size"] if query["size"] != 50 else "", **change}
             return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})
 

@@ -21,6 +21,7 @@ from ..core.durations import human_age
 from ..runtime.coordinator import Coordinator
 from ..store.dashboard_index import DashboardIndex
 from .alerts import Notifier, Webhook
+from .approval_alerts import approval_crossings, dashboard_url
 from .auth import Auth, Principal, csrf_ok, csrf_token
 from .charts import sparkline
 from .indexer import Indexer
@@ -117,7 +118,9 @@ class Dashboard:
         self.indexers = {t: Indexer(DashboardIndex(c.client, c.keyspace), rules=rules,
                                     notifier=self.notifier, sweep_s=sweep_s,
                                     retention_s=c.retention_s,
-                                    quota_alerts=partial(quota_crossings, c, rules))
+                                    quota_alerts=partial(quota_crossings, c, rules),
+                                    approval_alerts=partial(approval_crossings, c.client,
+                                                            c.keyspace, t, dashboard_url()))
                          for t, c in self.service.coordinators.items()}
         self.live = Live(self.service.views, tick_s=live_tick_s,
                          on_change=lambda t, r: self.indexers[t].mark_dirty(r))

@@ -22,8 +22,9 @@ from ..store.dashboard_series import DashboardSeries
 from ..store.model_spend import MODEL
 from ..store.views import TOTAL
 from .listing import fresh_rows, page_rows
-from .model import ROW_FIELDS, SORTS, parse_scope
+from .model import ROW_FIELDS, SORTS, parse_scope, row_from_hash, sort_scores
 from .tree_view import tree_view
+from .waiting import Wait, open_waits
 
 T = TypeVar("T")
 MAX_PAGE = 200
@@ -36,6 +37,10 @@ DAYS = 14
 
 class UnknownTenantError(LookupError):
     """A tenant this dashboard does not serve."""
+
+
+STATES = (None, "waiting")
+"""The overview's state filters: none, or the trees waiting for approval."""
 
 
 class NotRunningError(Exception):
@@ -103,16 +108,23 @@ class Service:
     # -- reads ---------------------------------------------------------------------------
 
     def trees(self, tenant: str, *, sort: str = "spend", label: str | None = None,
-              page: int = 1, size: int = 50, since: float | None = None) -> dict[str, Any]:
+              page: int = 1, size: int = 50, since: float | None = None,
+              state: str | None = None) -> dict[str, Any]:
         """One page of open trees (``since``: a shared read is used only when it began at
-        or after this Unix time, in ms). Raises ValueError for a bad sort, filter or
-        page."""
+        or after this Unix time, in ms; ``state="waiting"``: only the trees waiting for
+        approval). Raises ValueError for a bad sort, filter, state or page."""
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}")
         if not (1 <= size <= MAX_PAGE) or page < 1 or page > 1_000_000:
             raise ValueError(f"size must be 1..{MAX_PAGE} and page >= 1")
+        if state not in STATES:
+            raise ValueError("state must be 'waiting' or none")
         scope = parse_scope(label)
         views = self._views(tenant)
+        if state == "waiting":
+            return self.cache.get(("waiting-trees", tenant, sort, label, page, size),
+                                  lambda: self._waiting_page(tenant, sort, scope, page, size),
+                                  since)
         key = ("trees", tenant, sort, label, page, size)
 
         def read() -> dict[str, Any]:
@@ -128,9 +140,36 @@ class Service:
             for row, points in zip(rows, series, strict=True):
                 row["series"] = [list(pt) for pt in points]
             return {"tenant": tenant, "sort": sort, "label": label, "page": page,
-                    "size": size, "total": total, "trees": rows, "now_ms": p.now_ms}
+                    "size": size, "total": total, "trees": rows, "now_ms": p.now_ms,
+                    "state": None}
 
         return self.cache.get(key, read, since)
+
+    def waiting(self, tenant: str) -> list[Wait]:
+        """The open trees waiting for approval (the MAX_SCAN newest looked at)."""
+        views = self._views(tenant)
+        return list(self.cache.get(("waiting", tenant),
+                                   lambda: open_waits(views.client, views.ks)[0]))
+
+    def _waiting_page(self, tenant: str, sort: str, scope: tuple[str, str] | None,
+                      page: int, size: int) -> dict[str, Any]:
+        """The overview's page of trees waiting for approval, sorted as the others."""
+        views = self._views(tenant)
+        roots = [w.root for w in self.waiting(tenant)]
+        hashes, now = views.root_hashes(roots)
+        rates = views.client.hmget(views.ks.dash("rate"), roots) if roots else []
+        rows = [r for h, rate in zip(hashes, rates, strict=True)
+                if (r := row_from_hash(h, now, float(rate or 0))) is not None
+                and r.waiting_for_approval is not None
+                and (scope is None or r.labels.get(scope[0]) == scope[1])]
+        rows.sort(key=lambda r: (sort_scores(r)[sort], r.id), reverse=True)
+        shown = [r.as_json() for r in rows[(page - 1) * size:page * size]]
+        series = DashboardSeries(views.client, views.ks).recent([r["id"] for r in shown])
+        for data, points in zip(shown, series, strict=True):
+            data["series"] = [list(pt) for pt in points]
+        label = f"{scope[0]}={scope[1]}" if scope else None
+        return {"tenant": tenant, "sort": sort, "label": label, "page": page, "size": size,
+                "total": len(rows), "trees": shown, "now_ms": now, "state": "waiting"}
 
     def tree(self, tenant: str, ctx_id: str, since: float | None = None) -> dict[str, Any]:
         """The whole tree holding ``ctx_id`` (``since``: as for :meth:`trees`). Raises
