@@ -1,7 +1,7 @@
 """deploy/grafana/budget-coordinator.json and deploy/prometheus/alerts.yml against what is
 really exported: every metric and label their PromQL names is scraped, with samples, from
 the dashboard's /metrics (``python -m coordinator.dashboard`` on a real Redis after real
-calls, a refusal, a quota bucket and an open breaker) or from the ledger exporter
+calls, a refusal, a tree waiting for approval, a quota bucket and an open breaker) or from the ledger exporter
 (``coordinator.metrics`` over HTTP, as docs/tokens.md runs it). With promtool installed,
 the rules load, fire as deploy/prometheus/alerts_test.yml expects, and every panel's
 expression parses."""
@@ -288,6 +288,10 @@ def scrapes(redis_server: RedisServer) -> Iterator[Scrapes]:
         assert spend(capped, 0.1, tokens=100, provider="anthropic") == Decision.ALLOW
         assert spend(capped, 0.01) == Decision.HALT  # refused: the tree spent its ceiling
         assert capped.stop_reason == "budget_exceeded"
+        # its call waits for approval (as approval.lua shows it on the root)
+        coord.client.hset(coord.keyspace.ctx("capped-run", "capped-run"), mapping={
+            "approval_ctx": "capped-run", "approval_reason": "budget_exceeded",
+            "approval_until_ms": int(coord.redis_now_ms()) + 600_000})
         breaker = CircuitBreaker("openai", failure_threshold=2, recovery_timeout_s=60,
                                  coordinator=coord)
         breaker.record_failure()
