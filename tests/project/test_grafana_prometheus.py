@@ -1,10 +1,10 @@
 """deploy/grafana/budget-coordinator.json and deploy/prometheus/alerts.yml against what is
 really exported: every metric and label their PromQL names is scraped, with samples, from
 the dashboard's /metrics (``python -m coordinator.dashboard`` on a real Redis after real
-calls, a refusal, a tree waiting for approval, a quota bucket and an open breaker) or from the ledger exporter
-(``coordinator.metrics`` over HTTP, as docs/tokens.md runs it). With promtool installed,
-the rules load, fire as deploy/prometheus/alerts_test.yml expects, and every panel's
-expression parses."""
+calls, a refusal, a tree waiting for approval, a quota bucket and an open breaker) or
+from the ledger exporter (``coordinator.metrics`` over HTTP, as docs/tokens.md runs it).
+With promtool installed, the rules load, fire as deploy/prometheus/alerts_test.yml
+expects, and every panel's expression parses."""
 
 from __future__ import annotations
 
