@@ -19,6 +19,24 @@ _ANTHROPIC_DELTA_TEXT = {"text_delta": "text", "input_json_delta": "partial_json
 _RESPONSE_DONE = ("response.completed", "response.incomplete", "response.failed")
 
 
+def text_delta_content(chunk: Any) -> str | None:
+    """The text of a Chat Completions chunk (a plain dict) that :meth:`ChunkMeter.observe`
+    reads as its ``model`` and its one choice's ``delta.content`` alone (no usage, no other
+    text, no tool call): ``observe_text(chunk.get("model"), text)`` meters it the same.
+    None for any other chunk."""
+    if type(chunk) is not dict or "type" in chunk or chunk.get("usage") is not None:
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+        return None
+    delta = choices[0].get("delta")
+    if type(delta) is not dict or delta.get("refusal") or delta.get("reasoning_content") \
+            or delta.get("tool_calls"):
+        return None
+    content = delta.get("content")
+    return content if isinstance(content, str) else None
+
+
 def estimate_tokens(text: str) -> int:
     """Output tokens of a chunk of text, on the high side: about four characters a token,
     and at least one (OpenAI streams about one token per chunk)."""
@@ -80,6 +98,13 @@ class ChunkMeter:
                 for call in field(delta, "tool_calls") or ():
                     self._text(field(field(call, "function"), "arguments"))
             self._stated(field(chunk, "usage"))
+
+    def observe_text(self, model: Any, text: str) -> None:
+        """:meth:`observe` of a chunk :func:`text_delta_content` reads as ``text``."""
+        if self.model is None:
+            self._model(model)
+        if text:
+            self._text(text)
 
     def _chat_dict(self, chunk: dict[str, Any]) -> None:
         """The Chat Completions branch of :meth:`observe` for a plain dict."""

@@ -111,7 +111,7 @@ class AsyncMeteredBody(httpx2.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         ex, call = self.ex, self.ex.call
         assert call is not None
-        splitter = EventSplitter()
+        splitter = EventSplitter(text_deltas=True)  # metered by their text alone
         unhook = call.token.on_cancel(lambda _r: cut_connection(self.response.extensions))
         try:
             async for chunk in self.response.stream:  # type: ignore[union-attr]

@@ -23,7 +23,7 @@ from ..core.usage import UsageMeter
 from ..models import ContextSnapshot, Decision
 from .errors import BudgetExceededError
 from .request_plan import RequestPlan
-from .sse import EventSplitter
+from .sse import EventSplitter, TextDelta
 
 
 class ProviderError(Exception):
@@ -91,12 +91,19 @@ class Exchange:
         self.held_usd = self.call.held.get("usd", 0) if self.price is not None else 0
 
     def observe(self, data: Any) -> bool:
-        """Meter one event; True when the stream must be cut here (its output reached
-        what the call holds: the next chunk could pass the ceiling)."""
+        """Meter one event (a dict, or a text delta read by its text alone); True when
+        the stream must be cut here (its output reached what the call holds: the next
+        chunk could pass the ceiling)."""
         meter = self.meter
-        if meter is None or self.sink is None or not isinstance(data, dict):
+        if meter is None or self.sink is None:
             return False
-        meter.observe(data)  # (the usage goes to the call when it settles: _metered)
+        # (the usage goes to the call when it settles: _metered)
+        if type(data) is TextDelta:
+            meter.observe_text(data.model, data.text)
+        elif isinstance(data, dict):
+            meter.observe(data)
+        else:
+            return False
         plan = self.plan
         produced = meter.output_tokens
         if produced > plan.max_output_tokens or (

@@ -113,7 +113,7 @@ class MeteredBody(httpx2.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         ex, call = self.ex, self.ex.call
         assert call is not None
-        splitter = EventSplitter()
+        splitter = EventSplitter(text_deltas=True)  # metered by their text alone
         unhook = call.token.on_cancel(lambda _r: cut_connection(self.response.extensions))
         try:
             for chunk in self.response.stream:  # type: ignore[union-attr]
