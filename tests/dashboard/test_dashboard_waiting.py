@@ -1,6 +1,7 @@
 """Trees waiting for approval on the dashboard (the root hash's approval_ctx,
 approval_reason, approval_until_ms, written here with HSET as a waiting call does): the
-overview's state and its ``state=waiting`` filter, the /metrics gauges, and one
+overview's state and its ``state=waiting`` filter, the tree page's banner, the /metrics
+gauges, and one
 ``approval_needed`` alert per waiting context and stop to the webhooks (a raise reached
 again is a new stop), however many dashboards watch."""
 
@@ -69,6 +70,11 @@ def test_overview_state_filter_and_metrics(redis_url: str) -> None:
         assert status == 200 and "wait-1" in page and "calm-1" not in page
         assert '<option value="waiting" selected>' in page
         assert f'waiting for approval</span> (budget_exceeded at <code>{kid.chain_id}' in page
+        tree_page = http.request("GET", f"/trees/{kid.chain_id}", token=VIEWER_TOKEN)[2]
+        assert 'class="waiting">Waiting for approval</span>: a call of' in tree_page
+        assert f"<code>{kid.chain_id}</code></a> met <b>budget_exceeded</b>" in tree_page
+        assert "Waiting for approval" not in http.request("GET", "/trees/calm-1",
+                                                          token=VIEWER_TOKEN)[2]
         body = http.request("GET", "/metrics", token=VIEWER_TOKEN)[2]
         assert 'budget_waiting_trees{tenant=""} 1.0' in body
         assert ('budget_waiting_trees_by_reason{reason="budget_exceeded",tenant=""} 1.0'
