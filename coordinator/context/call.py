@@ -123,8 +123,9 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     # an LLM call holds at least the floor it is charged if it reports nothing
     amounts = reserve_amounts(opts, state.coord.charging.floor_micro if kind == "llm" else 0)
     lease = slice_of(state)
-    # covered by the live slice: no store request (so served while Redis is away too)
-    served = lease is not None and lease.serve(amounts)
+    # covered by the live slice: no store request (so served while Redis is away too);
+    # never while a ceiling stop heard here makes the call wait for approval
+    served = lease is not None and state.stopped is None and lease.serve(amounts)
     backend = state.coord.backend
     taking = False  # (a stalled take leaves no hold of the call's to withdraw)
     try:

@@ -22,6 +22,7 @@ from coordinator import (
     Decision,
     ExecutionConfig,
     ExecutionContext,
+    LeasePolicy,
     WrapOptions,
     report_usage,
 )
@@ -205,6 +206,33 @@ def test_an_abort_from_another_process_ends_the_wait_at_once(coord: Coordinator,
     until(lambda: _shown(coord, root) is None, "the wait no longer shown")
     root.close()
     _books(coord, root)
+
+
+def test_the_context_timing_out_ends_the_wait_with_timeout(coord: Coordinator) -> None:
+    root = ExecutionContext(ExecutionConfig(max_cost_usd=0.01, max_steps=100,
+                                            max_retries_total=5, timeout_ms=1500,
+                                            approval_wait_s=60))
+    assert _spend(root, 0.01) == Decision.ALLOW
+    call = _Waiting(root, 0.01)
+    assert call.result() == Decision.HALT
+    assert call.at - call.started < 5
+    assert _last_node(root) == ("timeout", "timeout")
+    until(lambda: _shown(coord, root) is None, "the wait no longer shown")
+    root.close()
+    _books(coord, root)
+
+
+def test_a_call_in_lease_mode_waits_and_goes_on_after_a_raise(coord: Coordinator) -> None:
+    root = ExecutionContext(ExecutionConfig(max_cost_usd=0.03, max_steps=100,
+                                            max_retries_total=5, lease=LeasePolicy(usd=0.02),
+                                            approval_wait_s=30))
+    assert [_spend(root, 0.01) for _ in range(3)] == [Decision.ALLOW] * 3
+    call = _Waiting(root, 0.01)
+    _shown_waiting(coord, root)
+    coord.set_limits(root.chain_id, max_cost_usd=0.04, actor="ops", reason="ok")
+    assert call.result() == Decision.ALLOW
+    root.close()
+    assert _books(coord, root) == 40_000
 
 
 def test_an_async_waiting_call_leaves_the_event_loop_free(coord: Coordinator) -> None:
