@@ -63,8 +63,10 @@ for _, t in ipairs(totals) do
   end
 end
 
--- the root's number of quota buckets (q, lib/quota.lua quota_state) is read at every level
-local shape = level_shape({'status', 'deadline', 'q'}, dims, totals)
+-- the root's number of quota buckets (q, lib/quota.lua quota_state) is read at the root
+-- only: the other levels are read with a shape without it
+local root_shape = level_shape({'status', 'deadline', 'q'}, dims, totals)
+local inner_shape = #levels > 1 and level_shape({'status', 'deadline'}, dims, totals) or nil
 local nq = 0
 
 -- The refusal of a call at level lv whose dimension d (limit, used, held) cannot take
@@ -91,6 +93,7 @@ end
 local holds = {}     -- per level: the HSET arguments that add the amounts to its holds
 for lv = 1, #levels do
   local key, events_key = levels[lv].ctx, levels[lv].events
+  local shape = lv == 1 and root_shape or inner_shape
   local level = read_level(key, shape)
   if not level.status then
     return {ReserveCode.REFUSED, lv, StopReason.MISSING, 'context ' .. ids[lv] .. ' not found',
