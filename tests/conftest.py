@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -53,3 +56,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.parent.name == "faults":
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A fresh folder with a short path, for local kernels: their unix sockets live under
+    it, a socket's path has at most 107 bytes, and pytest's tmp_path under xdist can be
+    longer than that leaves room for."""
+    folder = Path(tempfile.mkdtemp(prefix="bc-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,15 +12,6 @@ import pytest
 from coordinator import Coordinator
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sessions.md"
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A folder with a short path: the kernels' unix sockets live under it, and a socket's
-    path has at most 107 bytes (pytest's tmp_path under pytest-xdist can be longer)."""
-    folder = Path(tempfile.mkdtemp(prefix="bs-", dir="/tmp"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_doc_examples_run(coord: Coordinator, capsys: pytest.CaptureFixture[str],

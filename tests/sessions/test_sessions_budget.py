@@ -34,8 +34,8 @@ PATH = ExecutionSessionIdentity(tenant_id="acme", conversation_id="c1", path_id=
 
 
 @pytest.fixture
-def manager(coord: Coordinator, tmp_path: Path) -> Iterator[SessionManager]:
-    m = SessionManager(coord, LocalKernelProvider(tmp_path / "k"),
+def manager(coord: Coordinator, short_tmp: Path) -> Iterator[SessionManager]:
+    m = SessionManager(coord, LocalKernelProvider(short_tmp / "k"),
                        SessionConfig(price_per_second_usd=0.01, execution_timeout_ms=20_000),
                        metrics=SessionMetrics(CollectorRegistry()))
     yield m

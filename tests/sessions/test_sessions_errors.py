@@ -31,8 +31,8 @@ def manager_for(coord: Coordinator, provider: LocalKernelProvider) -> SessionMan
 
 
 def test_creation_failure_raises_and_leaves_nothing(coord: Coordinator,
-                                                    tmp_path: Path) -> None:
-    m = manager_for(coord, LocalKernelProvider(tmp_path / "k", kernel_name="no-such-kernel"))
+                                                    short_tmp: Path) -> None:
+    m = manager_for(coord, LocalKernelProvider(short_tmp / "k", kernel_name="no-such-kernel"))
     conversation = ExecutionContext(
         ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=5),
         coordinator=coord)
@@ -41,13 +41,13 @@ def test_creation_failure_raises_and_leaves_nothing(coord: Coordinator,
     assert m.store.load(PATH) is None
     assert m.store.list_active_for_tenant("acme") == []
     assert coord.client.zcard("bc:{sess:acme}:claims") == 0  # the claim was given back
-    assert list((tmp_path / "k").iterdir()) == []
+    assert list((short_tmp / "k").iterdir()) == []
     assert m.metrics.errors.labels(kind="creation")._value.get() == 1
     conversation.close()
 
 
-def test_bad_input_is_typed_and_changes_nothing(coord: Coordinator, tmp_path: Path) -> None:
-    m = manager_for(coord, LocalKernelProvider(tmp_path / "k"))
+def test_bad_input_is_typed_and_changes_nothing(coord: Coordinator, short_tmp: Path) -> None:
+    m = manager_for(coord, LocalKernelProvider(short_tmp / "k"))
     with pytest.raises(InvalidSessionInputError):
         m.execute_code(PATH, "print(1)", "ruby")  # type: ignore[arg-type]
     with pytest.raises(InvalidSessionInputError):
@@ -58,10 +58,10 @@ def test_bad_input_is_typed_and_changes_nothing(coord: Coordinator, tmp_path: Pa
 
 
 def test_a_tenant_bound_coordinator_serves_only_its_tenant(redis_url: str,
-                                                          tmp_path: Path) -> None:
+                                                          short_tmp: Path) -> None:
     coord = Coordinator.from_url(redis_url, tenant="globex")
     try:
-        m = manager_for(coord, LocalKernelProvider(tmp_path / "k"))
+        m = manager_for(coord, LocalKernelProvider(short_tmp / "k"))
         with pytest.raises(SessionTenantError):
             m.get_or_create(PATH)  # PATH belongs to acme
         with pytest.raises(SessionTenantError):
@@ -70,12 +70,12 @@ def test_a_tenant_bound_coordinator_serves_only_its_tenant(redis_url: str,
         coord.close()
 
 
-def test_store_failure_fails_closed(tmp_path: Path) -> None:
+def test_store_failure_fails_closed(short_tmp: Path) -> None:
     coord = Coordinator.from_url("redis://127.0.0.1:1/0")
     try:
-        m = manager_for(coord, LocalKernelProvider(tmp_path / "k"))
+        m = manager_for(coord, LocalKernelProvider(short_tmp / "k"))
         with pytest.raises(SessionStoreUnavailableError):
             m.execute_code(PATH, "print('must not run unrecorded')")
-        assert not (tmp_path / "k").exists() or not any((tmp_path / "k").iterdir())
+        assert not (short_tmp / "k").exists() or not any((short_tmp / "k").iterdir())
     finally:
         coord.close()

@@ -65,8 +65,8 @@ def _script(redis_url: str, root: Path, path: str, close: str) -> subprocess.Pop
 
 
 def test_close_ends_the_sessions_of_the_process(coord: Coordinator, redis_url: str,
-                                                tmp_path: Path) -> None:
-    root = tmp_path / "kernels"
+                                                short_tmp: Path) -> None:
+    root = short_tmp / "kernels"
     script = _script(redis_url, root, "main", "close")
     out, _ = script.communicate(timeout=120)
     assert (script.returncode, out.strip()) == (0, "42")
@@ -97,8 +97,8 @@ def _die_without_closing(redis_url: str, root: Path, path: str) -> tuple[int, st
 
 def test_a_dead_kernel_does_not_hold_a_place_under_the_cap(coord: Coordinator,
                                                            redis_url: str,
-                                                           tmp_path: Path) -> None:
-    root = tmp_path / "kernels"
+                                                           short_tmp: Path) -> None:
+    root = short_tmp / "kernels"
     _die_without_closing(redis_url, root, "main")
     manager = _manager(coord, root)
     record = manager.store.load(_who("main"))
@@ -113,8 +113,8 @@ def test_a_dead_kernel_does_not_hold_a_place_under_the_cap(coord: Coordinator,
 
 
 def test_a_path_whose_kernel_was_lost_says_so(coord: Coordinator, redis_url: str,
-                                              tmp_path: Path) -> None:
-    root = tmp_path / "kernels"
+                                              short_tmp: Path) -> None:
+    root = short_tmp / "kernels"
     _die_without_closing(redis_url, root, "main")
     manager = _manager(coord, root)
     record = manager.store.load(_who("main"))

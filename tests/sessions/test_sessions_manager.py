@@ -36,8 +36,8 @@ def make_manager(coord: Coordinator, root: Path, **config: object) -> SessionMan
 
 
 @pytest.fixture
-def manager(coord: Coordinator, tmp_path: Path) -> Iterator[SessionManager]:
-    m = make_manager(coord, tmp_path / "kernels", execution_timeout_ms=1500,
+def manager(coord: Coordinator, short_tmp: Path) -> Iterator[SessionManager]:
+    m = make_manager(coord, short_tmp / "kernels", execution_timeout_ms=1500,
                      max_output_chars=200)
     yield m
     m.close()
@@ -116,8 +116,8 @@ def test_timeout_interrupts_and_keeps_the_session(manager: SessionManager,
     assert manager.execute_code(path, "print(y)").output.strip() == "7"
 
 
-def test_rotation_expiry_and_cleanup(coord: Coordinator, tmp_path: Path) -> None:
-    m = make_manager(coord, tmp_path / "k", max_executions=2, ttl_ms=60_000)
+def test_rotation_expiry_and_cleanup(coord: Coordinator, short_tmp: Path) -> None:
+    m = make_manager(coord, short_tmp / "k", max_executions=2, ttl_ms=60_000)
     try:
         path = ident()
         a = m.execute_code(path, "z = 1")
@@ -151,12 +151,12 @@ def test_rotation_expiry_and_cleanup(coord: Coordinator, tmp_path: Path) -> None
 
 def test_lost_sandbox_is_said_then_replaced_and_other_hosts_are_told(coord: Coordinator,
                                                             manager: SessionManager,
-                                                            tmp_path: Path) -> None:
+                                                            short_tmp: Path) -> None:
     path = ident()
     first = manager.execute_code(path, "v = 1")
     session = manager.store.load(path)
     assert session is not None
-    elsewhere = SessionManager(coord, LocalKernelProvider(tmp_path / "o", host_id="host-b"),
+    elsewhere = SessionManager(coord, LocalKernelProvider(short_tmp / "o", host_id="host-b"),
                                metrics=SessionMetrics(CollectorRegistry()))
     with pytest.raises(SandboxElsewhereError, match=session.host):
         elsewhere.execute_code(path, "v")

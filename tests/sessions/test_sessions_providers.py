@@ -16,9 +16,9 @@ LABELS = {"tenant_id": "acme", "conversation_id": "c1", "path_id": "main"}
 
 
 @pytest.fixture(params=["local", "e2b"])
-def provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SandboxProvider]:
+def provider(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[SandboxProvider]:
     if request.param == "local":
-        local = LocalKernelProvider(tmp_path / "k")
+        local = LocalKernelProvider(short_tmp / "k")
         yield local
         local.close()
         return

@@ -69,8 +69,8 @@ def _race(url: str, root: Path, path_ids: list[str], cap: int
 
 @pytest.mark.slow
 def test_twenty_processes_race_for_a_cap_of_three(coord: Coordinator, redis_url: str,
-                                                  tmp_path: Path) -> None:
-    results, made, active = _race(redis_url, tmp_path / "k",
+                                                  short_tmp: Path) -> None:
+    results, made, active = _race(redis_url, short_tmp / "k",
                                   [f"path-{i}" for i in range(20)], cap=3)
     kinds = [kind for kind, _ in results]
     assert kinds.count("ok") == 3 and kinds.count("cap") == 17
@@ -85,8 +85,8 @@ def test_twenty_processes_race_for_a_cap_of_three(coord: Coordinator, redis_url:
 
 
 def test_one_identity_asked_by_six_processes_gets_one_sandbox(
-        coord: Coordinator, redis_url: str, tmp_path: Path) -> None:
-    root = tmp_path / "k"
+        coord: Coordinator, redis_url: str, short_tmp: Path) -> None:
+    root = short_tmp / "k"
     go, run, done, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
     procs = [SPAWN.Process(target=_racer,
                            args=(redis_url, str(root), "main", 10, go, out, done, run))

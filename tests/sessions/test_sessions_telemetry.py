@@ -38,10 +38,10 @@ def exporter() -> InMemorySpanExporter:
     return _EXPORTER
 
 
-def test_spans_and_cap_metrics(coord: Coordinator, tmp_path: Path,
+def test_spans_and_cap_metrics(coord: Coordinator, short_tmp: Path,
                                exporter: InMemorySpanExporter) -> None:
     exporter.clear()
-    m = SessionManager(coord, LocalKernelProvider(tmp_path / "k"),
+    m = SessionManager(coord, LocalKernelProvider(short_tmp / "k"),
                        SessionConfig(max_sessions_per_tenant=1),
                        metrics=SessionMetrics(CollectorRegistry()))
     taken = ExecutionSessionIdentity(tenant_id="acme", conversation_id="c1", path_id="a")
@@ -62,4 +62,4 @@ def test_spans_and_cap_metrics(coord: Coordinator, tmp_path: Path,
     assert inner.parent is not None and inner.parent.span_id == outer.context.span_id
     assert inner.status.status_code == StatusCode.ERROR
     assert m.metrics.errors.labels(kind="tenant_cap")._value.get() == 1
-    assert not (tmp_path / "k").exists() or not any((tmp_path / "k").iterdir())
+    assert not (short_tmp / "k").exists() or not any((short_tmp / "k").iterdir())

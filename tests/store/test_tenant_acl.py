@@ -136,7 +136,7 @@ def live_events(http: Http, root: str) -> Generator[dict[str, object], None, Non
 
 @pytest.mark.slow
 def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
-        server: RedisServer, tmp_path: Path) -> None:
+        server: RedisServer, short_tmp: Path) -> None:
     admin = redis.Redis.from_url(url_of(server, "admin"), decode_responses=True)
     admin.acl_log_reset()
     c, other = coord_of(server, A), coord_of(server, A)  # two processes of tenant A
@@ -188,7 +188,7 @@ def test_a_tenant_user_runs_every_path_and_is_refused_no_key_or_channel(
     assert "research-day" in json.dumps(budgetctl(server, "quota", "list"))
     budgetctl(server, "gc", "--dry-run")
 
-    sessions = SessionManager(c, LocalKernelProvider(tmp_path / "kernels"))
+    sessions = SessionManager(c, LocalKernelProvider(short_tmp / "kernels"))
     ran = sessions.execute_code(ExecutionSessionIdentity(
         tenant_id=A, conversation_id="c1", path_id="main"), "print(6 * 7)")
     assert ran.success and ran.output.strip() == "42"
