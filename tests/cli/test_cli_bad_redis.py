@@ -12,6 +12,7 @@ from coordinator.cli import main
 from tests.cli.test_cli_first_steps import COMMANDS
 
 ARGS = {("tree",): ["x"], ("abort",): ["x"], ("repair",): ["x"],
+        ("limit",): ["x", "--usd", "1", "--reason", "approved"],
         ("quota", "set"): ["q", "--match", "team=a", "--usd", "1"],
         ("quota", "show"): ["q"], ("quota", "delete"): ["q"]}
 """The arguments a command needs to get as far as Redis."""
