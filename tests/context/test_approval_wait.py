@@ -176,17 +176,17 @@ def test_a_call_that_does_not_fit_waits_and_a_raise_that_lifts_no_stop_lets_it_g
 
 
 def test_a_raise_that_is_not_enough_keeps_it_waiting_until_its_timeout(
-        coord: Coordinator, redis_url: str) -> None:
-    root = _root(usd=0.05, wait_s=2.5)
+        coord: Coordinator) -> None:
+    root = _root(usd=0.05, wait_s=3)
     assert _spend(root, 0.05) == Decision.ALLOW
     call = _Waiting(root, 0.03)
     _shown_waiting(coord, root)
-    coord.store.flush()
-    _cli(redis_url, "limit", root.chain_id, "--usd", "0.06", "--reason", "a little")
+    change = coord.set_limits(root.chain_id, max_cost_usd=0.06, actor="ops", reason="a bit")
+    assert change.lifted == ("budget_exceeded",)
     time.sleep(0.7)  # heard, asked again: 0.05 + 0.03 still passes 0.06
     assert call.decision is None and _shown(coord, root) is not None
     assert call.result() == Decision.HALT
-    assert call.at - call.started >= 2.5
+    assert call.at - call.started >= 3
     assert _last_node(root) == ("halted", "budget_exceeded")
     root.close()
     assert _books(coord, root) == 50_000
