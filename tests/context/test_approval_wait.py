@@ -288,6 +288,29 @@ def test_an_async_waiting_call_goes_on_after_a_raise(coord: Coordinator) -> None
     assert _books(coord, root) == 20_000
 
 
+def test_an_abort_ends_an_async_wait_at_once(coord: Coordinator) -> None:
+    root = _root(usd=0.01, wait_s=60)
+    assert _spend(root, 0.01) == Decision.ALLOW
+
+    async def cost() -> None:
+        report_usage(cost_usd=0.01)
+
+    async def main() -> tuple[Decision, float]:
+        waiting = asyncio.create_task(root.awrap_llm_call(cost, CENT))
+        while await asyncio.to_thread(_shown, coord, root) is None:
+            await asyncio.sleep(0.02)
+        aborted = time.monotonic()
+        await asyncio.to_thread(root.abort, "enough")
+        decision = await asyncio.wait_for(waiting, 5)
+        return decision, time.monotonic() - aborted
+
+    decision, took = asyncio.run(main())
+    assert decision == Decision.HALT and took < 1.0
+    assert _last_node(root) == ("aborted", "aborted")
+    root.close()
+    _books(coord, root)
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1, 0, 1e400, 1e12, "5", True, [1]])
 def test_bad_waits_are_refused_with_a_typed_error(bad: Any) -> None:
     with pytest.raises(InvalidConfigError, match="approval_wait_s"):
