@@ -1,15 +1,26 @@
 """``budgetctl top`` and ``tree`` show a tree waiting for approval (the root hash's
 approval_ctx, approval_reason and approval_until_ms, later than Redis now), in the state
-column and as ``waiting_for_approval`` in ``--json``; a wait that has ended shows no more."""
+column and as ``waiting_for_approval`` in ``--json``; a wait that has ended shows no more;
+and a real call waiting in another thread shows until a raise lets it go on."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 
 import pytest
 
-from coordinator import ChainMetadata, Coordinator, ExecutionConfig, ExecutionContext
+from coordinator import (
+    ChainMetadata,
+    Coordinator,
+    Decision,
+    ExecutionConfig,
+    ExecutionContext,
+    WrapOptions,
+    report_usage,
+)
 from coordinator.cli import main
 
 Capture = pytest.CaptureFixture[str]
@@ -61,3 +72,36 @@ def test_top_and_tree_show_the_wait(coord: Coordinator, redis_url: str,
     assert trees["waits"]["waiting_for_approval"] is None
     for ctx in (kid, run, other):
         ctx.close()
+
+
+def test_top_json_shows_a_real_wait_until_a_raise(coord: Coordinator, redis_url: str,
+                                                  capsys: Capture) -> None:
+    """A call waiting for approval in another thread (approval_wait_s): `top --json` shows
+    its tree waiting; a raise lets the call go on, and the tree waits no more."""
+    config = ExecutionConfig(max_cost_usd=0.05, max_steps=20, max_retries_total=3,
+                             approval_wait_s=30)
+    run = ExecutionContext(config, metadata=ChainMetadata(request_id=uuid.uuid4().hex,
+                                                          chain_id="real-wait"))
+    cent = WrapOptions(cost_estimate_hint=0.05)
+    assert run.wrap_llm_call(lambda: report_usage(cost_usd=0.05), cent) == Decision.ALLOW
+    got: list[Decision] = []
+    caller = threading.Thread(target=lambda: got.append(run.wrap_llm_call(
+        lambda: report_usage(cost_usd=0.01), WrapOptions(cost_estimate_hint=0.01))))
+    caller.start()
+
+    def waiting() -> dict[str, object] | None:
+        out = _cli(capsys, redis_url, "top", "--json")[1]
+        tree = {t["id"]: t for t in json.loads(out)["trees"]}["real-wait"]
+        wait: dict[str, object] | None = tree["waiting_for_approval"]
+        return wait
+
+    deadline = time.monotonic() + 10
+    while (wait := waiting()) is None:
+        assert time.monotonic() < deadline, "top --json never showed the wait"
+        time.sleep(0.1)
+    assert wait["ctx"] == "real-wait" and wait["reason"] == "budget_exceeded"
+    coord.set_limits("real-wait", max_cost_usd=0.10, actor="olga", reason="approved")
+    caller.join(10)
+    assert got == [Decision.ALLOW]
+    assert waiting() is None
+    run.close()
