@@ -19,6 +19,8 @@
 -- until_ms) and returns 1, else 0. Readers treat the tree as waiting while
 -- approval_until_ms is later than Redis now, so a wait whose process died stops showing
 -- at its end.
+-- Returns approval_until_ms (start; 0 when nothing was written), or 1 / 0 (end: the marks
+-- removed or not).
 --
 -- uses: common
 
