@@ -5,7 +5,6 @@ plain dicts."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +39,7 @@ def text_delta_content(chunk: Any) -> str | None:
 def estimate_tokens(text: str) -> int:
     """Output tokens of a chunk of text, on the high side: about four characters a token,
     and at least one (OpenAI streams about one token per chunk)."""
-    return max(1, math.ceil(len(text) / 4))
+    return (len(text) + 3) // 4 or 1  # max(1, ceil(len / 4)) in integers
 
 
 class ChunkMeter:
@@ -103,8 +102,9 @@ class ChunkMeter:
         """:meth:`observe` of a chunk :func:`text_delta_content` reads as ``text``."""
         if self.model is None:
             self._model(model)
-        if text:
-            self._text(text)
+        if text:  # _text's work, the text known to be a string
+            self.estimated_output += self.count_tokens(text)
+            self.output_tokens = self._stated_output + self.estimated_output
 
     def _chat_dict(self, chunk: dict[str, Any]) -> None:
         """The Chat Completions branch of :meth:`observe` for a plain dict."""
