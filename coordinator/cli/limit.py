@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..core.limit_text import change_lines, count_from_text, usd_from_text
-from ..errors import ContextClosedError, InvalidConfigError
+from ..errors import ContextClosedError, ContextNotFoundError, InvalidConfigError
 from ..models import TokenBudget
 from ._common import connect, fail, print_json
 from .help_format import PlainCommand, PlainGroup
@@ -51,7 +51,10 @@ def limit(
     except ValueError as exc:  # a TokenBudget's InvalidConfigError included
         fail(str(exc), 2)
     with connect(ctx) as coord:
-        where = locate(coord, context_id)
+        try:
+            where = locate(coord, context_id)
+        except ContextNotFoundError as exc:  # bad input here: nothing to steer
+            fail(str(exc), 2)
         try:
             done = coord.set_limits(where.ctx_id, max_cost_usd=max_cost_usd,
                                     max_steps=max_steps, max_retries_total=max_retries,

@@ -119,7 +119,7 @@ def test_a_bad_value_exits_2_and_changes_nothing(coord: Coordinator, redis_url: 
 def test_unknown_closed_and_empty_changes_are_refused(coord: Coordinator, redis_url: str,
                                                       capsys: Capture) -> None:
     code, out, err = _cli(capsys, redis_url, "limit", "nope", "--usd", "1", "--reason", "x")
-    assert code == 1 and out == "" and "no context 'nope'" in err  # as `tree` and `abort`
+    assert code == 2 and out == "" and "no context 'nope'" in err  # bad input, as a bad value
     run = _run("done-run")
     code, _, err = _cli(capsys, redis_url, "limit", "done-run", "--reason", "x")
     assert code == 2 and "nothing to change" in err
