@@ -1,10 +1,11 @@
 """The records read back: a call's node, a chain's events and snapshot, the limits in
 force, and the Decision a wrap call returns; and the one writer of a node record
-(:func:`encode_node`)."""
+(:func:`encode_node`), and what settle and release count of it (:func:`node_facts`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Literal, TypedDict
@@ -133,6 +134,24 @@ def encode_node(fields: NodeFields) -> str:
     """The stored form of a node record: JSON that :class:`NodeRecord` reads back and the
     scripts decode with cjson (lua/lib/records.lua). Every node record is written by it."""
     return json.dumps(fields)
+
+
+def node_facts(fields: NodeFields | None) -> dict[str, str | bool]:
+    """What settle.lua and release.lua count of a node record, sent next to its JSON so
+    that they never decode it (lua/lib/calls_counted.lua node_facts reads the same of a
+    decoded record): ``status`` and ``stop_reason`` ('' unless a non-empty string),
+    ``unreported`` (only when it is ``True``), and the ``'<provider>|<model>'`` its spend
+    is counted by ('-' for a part not named; '' when neither is)."""
+    got: Mapping[str, object] = fields or {}
+
+    def text(name: str) -> str:
+        value = got.get(name)
+        return value if isinstance(value, str) else ""
+
+    provider, model = text("provider"), text("model")
+    return {"node_status": text("status"), "node_stop_reason": text("stop_reason"),
+            "node_unreported": got.get("unreported") is True,
+            "node_model": f"{provider or '-'}|{model or '-'}" if provider or model else ""}
 
 
 class TokenTotals(_Frozen):

@@ -131,6 +131,8 @@ def contract(script: str, keys: str, argv: str, variant: str = "") -> Contract:
 
 _FINISH_KEYS = "res leases nodes ledger levels{ctx,events} fin done bymodel"
 _FINISH_HEAD = ("reservation_id abort_channel node:json node_cap:int ledger_channel")
+_NODE_FACTS = "node_status node_stop_reason node_unreported:flag node_model"
+"""What settle and release count of the node record (store/tree.py node_facts)."""
 _SLICE_KEYS = "res leases nodes ledger levels{ctx,events} slices fin"
 _WINDOW_ARGV = "mode window_ms:int call_id"
 
@@ -142,9 +144,10 @@ RESERVE = contract(
     "reserve", "res leases levels{ctx,events} done",
     "reservation_id lease_ms:int path:csv abort_channel keyed:flag amounts{dim,amount:int}")
 SETTLE = contract(
-    "settle", _FINISH_KEYS, f"{_FINISH_HEAD} late:flag amounts{{dim,amount:int}}")
+    "settle", _FINISH_KEYS, f"{_FINISH_HEAD} late:flag {_NODE_FACTS} amounts{{dim,amount:int}}")
 RELEASE = contract(
-    "release", _FINISH_KEYS, f"{_FINISH_HEAD} outcome late:flag amounts{{dim,amount:int}}")
+    "release", _FINISH_KEYS,
+    f"{_FINISH_HEAD} outcome late:flag {_NODE_FACTS} amounts{{dim,amount:int}}")
 ABORT = contract("abort", "ctx events", "reason detail abort_channel root ctx_id")
 CLOSE = contract("close", "ctx nodes events others{key}", "retention_s:int")
 RENEW = contract("renew", "leases", "lease_ms:int ids{reservation_id}")

@@ -26,7 +26,7 @@ from ..core.keys import KeySpace
 from ..core.paths import Path
 from ..core.script_constants import EVENT_STREAM_CAP, NODE_STREAM_CAP
 from ..core.vocabulary import FinishOutcome
-from ..models_records import NodeFields, encode_node
+from ..models_records import NodeFields, encode_node, node_facts
 from .closing import expire_closed_tree, index_writes, on_tree_node, send_or_queue
 from .cluster_routing import relearn
 from .errors import UNAVAILABLE
@@ -143,8 +143,8 @@ class Store:
         if self.wire.durability.waits and not keyed:
             # it may be held (on the primary, or on a replica about to take over) for
             # a call that will not run: let go of it rather than wait for its lease
-            self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.SKIP, "", (),
-                                            notify=False))
+            self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.SKIP, None,
+                                            (), notify=False))
 
     def reserve_op(self, path: Path, reservation_id: str, amounts: Sequence[str | int],
                    keyed: bool) -> Op:
@@ -169,8 +169,7 @@ class Store:
         Write-behind ops are queued: sent with this process's next round trip, or by the
         flusher (the caller schedules it), so the call does not wait for a send. They
         return no stops, which still happen in Redis and are broadcast."""
-        op = self._finish_op(path, reservation_id, outcome,
-                             encode_node(node) if node else "", amounts, untrack=True)
+        op = self._finish_op(path, reservation_id, outcome, node, amounts, untrack=True)
         if write_behind:
             self.wire.queue(op)
             return []
@@ -179,25 +178,27 @@ class Store:
         finished = note_finish(op.kind, reservation_id, path, reply)
         return finished.stops if finished is not None else []
 
-    def _finish_op(self, path: Path, reservation_id: str, outcome: str, node_json: str,
-                   amounts: Sequence[str | int], *, notify: bool = True,
-                   untrack: bool = False) -> Op:
+    def _finish_op(self, path: Path, reservation_id: str, outcome: str,
+                   node: NodeFields | None, amounts: Sequence[str | int], *,
+                   notify: bool = True, untrack: bool = False) -> Op:
         """The settle (``outcome='ok'``) or release op of a reservation, its late flag's
-        slot from the contract. ``notify``: its reply goes to :func:`note_finish`;
+        slot from the contract, with the node record (none: ``None``) and what the script
+        counts of it (node_facts). ``notify``: its reply goes to :func:`note_finish`;
         ``untrack``: its landing ends the renewal of the hold."""
         ks = self.ks
+        node_json, facts = encode_node(node) if node else "", node_facts(node)
         if outcome == FinishOutcome.OK:
             script, late_at = SETTLE.script, _SETTLE_LATE
             args = SETTLE.arg_list(
                 reservation_id=reservation_id, abort_channel=ks.abort_channel,
                 node=node_json, node_cap=NODE_STREAM_CAP, ledger_channel=ks.ledger_channel,
-                late=False, amounts=amounts)
+                late=False, amounts=amounts, **facts)
         else:
             script, late_at = RELEASE.script, _RELEASE_LATE
             args = RELEASE.arg_list(
                 reservation_id=reservation_id, abort_channel=ks.abort_channel,
                 node=node_json, node_cap=NODE_STREAM_CAP, ledger_channel=ks.ledger_channel,
-                outcome=outcome, late=False, amounts=amounts)
+                outcome=outcome, late=False, amounts=amounts, **facts)
         return Op(script, list(self._finish_keys(path)), args,
                   reservation_id=reservation_id if untrack else None, late_at=late_at,
                   on_reply=functools.partial(note_finish, script, reservation_id, path)
@@ -215,8 +216,7 @@ class Store:
         # settle.lua counts the step itself; the other held amounts become the actuals
         actual = [x for dim, amount in record.held_pairs() if dim != "steps"
                   for x in (dim, amount)]
-        self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.OK, encode_node(node),
-                                        actual))
+        self.wire.queue(self._finish_op(path, reservation_id, FinishOutcome.OK, node, actual))
 
     def queue_event(self, path: Path, event_json: str) -> None:
         """Append a SafetyEvent to a context's event list with the next round trip."""

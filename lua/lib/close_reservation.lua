@@ -1,5 +1,5 @@
 -- close_reservation.lua: the body of settle.lua and release.lua (close_reservation).
--- needs: common, reservations, finish, finished_ids, ledger, records, calls_counted
+-- needs: common, reservations, finish, finished_ids, ledger, calls_counted
 
 -- The body of settle.lua and release.lua: take the open reservation call.id, remember
 -- that it finished (and a keyed one's outcome), finish it with call.amounts (groups of
@@ -12,7 +12,9 @@
 -- record (f = {outcome, node, amounts}): the reaper and a repair (budgetctl repair)
 -- charge it as it was asked, once.
 -- keys: res, leases, nodes, ledger, levels, fin, done, bymodel (the scripts' KEYS);
--- call: id, abort_channel, node, node_cap, ledger_channel, late, amounts (their ARGV).
+-- call: id, abort_channel, node, node_cap, ledger_channel, late, amounts (their ARGV) and
+-- facts, what is counted of the node record (lib/calls_counted.lua node_facts), as sent
+-- next to it: the record itself is only appended, never decoded.
 -- call.late '1': a late finish (see FINISHED_FLOOR_MS); without a trace of its id it
 -- returns {0} with a SettleLate event on the ledger, and charges nothing.
 local function close_reservation(outcome, step, retry, keys, call)
@@ -46,9 +48,9 @@ local function close_reservation(outcome, step, retry, keys, call)
     end
     rec, code = new_reservation(ids, {}, false), FinishCode.ORPHAN_CHARGED
   end
-  local node = call.node ~= '' and node_record(call.node) or {}
+  local facts = call.facts
   local ok, stopped = finish(rec, keys.levels, amounts, step, retry, call.abort_channel, now,
-                             keys.ledger, call.ledger_channel, call_count_field(node))
+                             keys.ledger, call.ledger_channel, call_count_field(facts))
   if not ok then
     if code == FinishCode.FINISHED and rec.f == nil then
       rec.f = {outcome, call.node, amounts}
@@ -60,14 +62,14 @@ local function close_reservation(outcome, step, retry, keys, call)
     redis.call('ZREM', keys.leases, id)
     redis.call('ZADD', finished, now, id)
     if now % FINISHED_TRIM_EVERY == 0 then trim_finished(finished, now) end
-    if rec.k then redis.call('HSET', done, id, remembered(outcome, node)) end
+    if rec.k then redis.call('HSET', done, id, remembered(outcome, facts)) end
     if code == FinishCode.ORPHAN_CHARGED then
       orphan_event(id, rec.p, true, amounts, now, keys.ledger, call.ledger_channel)
     end
     if call.node ~= '' then
       append_capped(keys.nodes, call.node_cap, call.node)
-      count_own(keys.levels[#rec.p].ctx, node)
-      count_model(keys.bymodel, node, call.amounts)
+      count_own(keys.levels[#rec.p].ctx, facts)
+      count_model(keys.bymodel, facts, call.amounts)
     end
   end
   local out = {code}

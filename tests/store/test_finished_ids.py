@@ -12,6 +12,7 @@ from coordinator import Coordinator, Decision, ExecutionConfig, ExecutionContext
 from coordinator.core.contracts import SETTLE
 from coordinator.core.keys import KeySpace
 from coordinator.core.paths import Path
+from coordinator.models_records import node_facts
 from coordinator.store.lateness import LATE_AFTER_S, Lateness
 from coordinator.store.tree import Held
 from coordinator.store.wire import Op
@@ -99,7 +100,8 @@ def test_a_settle_after_its_reaped_id_was_trimmed_is_not_charged_twice(
 
 def _settle_args(reservation_id: str, amounts: tuple[str | int, ...]) -> list[Any]:
     return SETTLE.arg_list(reservation_id=reservation_id, abort_channel="ch", node="",
-                           node_cap=10, ledger_channel="lch", late=False, amounts=amounts)
+                           node_cap=10, ledger_channel="lch", late=False, amounts=amounts,
+                           **node_facts(None))
 
 
 def test_a_finish_is_late_when_first_sent_long_ago_or_its_lease_unconfirmed() -> None:

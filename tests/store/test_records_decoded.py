@@ -1,6 +1,7 @@
 """Node records cross into the scripts as JSON that the scripts decode (DESIGN.md §13,
-issue #30): a call is counted, and a keyed call remembered, from its record whatever the
-JSON's separators, never by matching the text Python's ``json.dumps`` happens to write."""
+issue #30), or, for settle and release, next to what is counted of them (node_facts): a
+call is counted, and a keyed call remembered, from its record whatever the JSON's
+separators, never by matching the text Python's ``json.dumps`` happens to write."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from coordinator import Coordinator, ExecutionConfig, ExecutionContext
 from coordinator.core.contracts import SETTLE
 from coordinator.core.keys import KeySpace
 from coordinator.core.paths import Path
-from coordinator.models_records import NodeRecord
+from coordinator.models_records import NodeRecord, node_facts
 from coordinator.store.leases_store import Batch, LeaseStore
 from coordinator.store.records import ReservationRecord
 from coordinator.store.tree import Held
@@ -24,7 +25,8 @@ COMPACT = (",", ":")
 
 
 def settle(coord: Coordinator, path: Path, rid: str, node_json: str) -> list[object]:
-    """settle.lua of ``rid`` at $0.001 with ``node_json`` as its record, as sent."""
+    """settle.lua of ``rid`` at $0.001 with ``node_json`` as its record, as sent, and what
+    it counts of the record as the store sends it (node_facts of the decoded record)."""
     root, cid = path.root, path.ctx_id
     keys = SETTLE.key_list(res=KS.reservations(root), leases=KS.leases(root),
                            nodes=KS.nodes(root, cid), ledger=KS.ledger(root),
@@ -32,7 +34,7 @@ def settle(coord: Coordinator, path: Path, rid: str, node_json: str) -> list[obj
                            fin=KS.finished(root), done=KS.done(root), bymodel=KS.by_model(root))
     args = SETTLE.arg_list(reservation_id=rid, abort_channel=KS.abort_channel, node=node_json,
                            node_cap=100, ledger_channel=KS.ledger_channel, late=False,
-                           amounts=["usd", 1000])
+                           amounts=["usd", 1000], **node_facts(json.loads(node_json)))
     reply: list[object] = coord.store.wire.run(Op(SETTLE.script, keys, args))
     return reply
 

@@ -94,9 +94,10 @@ def test_a_script_with_modes_declares_each() -> None:
 
 def test_builders_put_values_in_the_declared_order() -> None:
     args = RELEASE.arg_list(reservation_id="r", abort_channel="a", node="", node_cap=5,
-                            ledger_channel="l", outcome="skip", late=False,
+                            ledger_channel="l", outcome="skip", late=False, node_status="",
+                            node_stop_reason="", node_unreported=False, node_model="",
                             amounts=("usd", 3))
-    assert args == ["r", "a", "", 5, "l", "skip", "0", "usd", 3]
+    assert args == ["r", "a", "", 5, "l", "skip", "0", "", "", "0", "", "usd", 3]
     assert args[RELEASE.slot("late")] == "0"
     assert SETTLE.slot("late") == 5  # ARGV[6] in settle.lua, counted from 0 here
     keys = SETTLE.key_list(res="R", leases="L", nodes="N", ledger="G",
@@ -106,7 +107,8 @@ def test_builders_put_values_in_the_declared_order() -> None:
 
 def test_builders_refuse_what_the_contract_does_not_declare() -> None:
     values = {"reservation_id": "r", "abort_channel": "a", "node": "", "node_cap": 5,
-              "ledger_channel": "l", "late": False, "amounts": ("usd", 3)}
+              "ledger_channel": "l", "late": False, "amounts": ("usd", 3), "node_status": "",
+              "node_stop_reason": "", "node_unreported": False, "node_model": ""}
     with pytest.raises(TypeError, match="outcome"):
         RELEASE.arg_list(**values)
     with pytest.raises(TypeError, match="outcome"):
