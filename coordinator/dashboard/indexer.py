@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from ..core.keys import VIEW_SHARDS
 from ..core.labels import labels_of
-from ..store.dashboard_index import DashboardIndex, IndexEntry
+from ..store.dashboard_index import REFUSAL_REASONS, DashboardIndex, IndexEntry
 from ..store.dashboard_reads import BACKEND_ERRORS
 from ..store.dashboard_series import DashboardSeries
 from ..store.views import TOTAL
@@ -152,7 +152,7 @@ class Indexer:
     def sweep(self) -> None:
         """Re-read every open tree (in chunks), drop the closed ones from the indexes,
         rewrite the open-spend views and take one step of shield discovery."""
-        names = ["org", "team", "service", "stops", "held", TOTAL]
+        names = ["org", "team", "service", "stops", "held", "near", "refused", TOTAL]
         if self._passes % PROVIDER_EVERY == 0:
             names.append("provider")
         self._passes += 1
@@ -251,6 +251,7 @@ class Indexer:
                 if row.status == "stopped" and row.reason:
                     totals["stops"][row.reason] = totals["stops"].get(row.reason, 0) + 1
                 totals["held"]["usd"] = totals["held"].get("usd", 0) + int(h.get("h:usd") or 0)
+                _count_near_and_refused(h, used, totals)
                 if int(h.get("u:tin") or 0) + int(h.get("u:tout") or 0):
                     token_roots.append(root)
         if entries:
@@ -319,6 +320,26 @@ class Indexer:
             self.alerts_emitted += 1
             if self.notifier is not None:
                 self.notifier.send(alert)
+
+
+NEAR_BANDS = (50, 80, 100)
+"""Percents of a root's USD ceiling: a tree counts in every band its spend reached
+(cumulative), as the built-in alerts' fractions 0.5, 0.8 and 1.0."""
+
+
+def _count_near_and_refused(h: dict[str, str], used: int,
+                            totals: dict[str, dict[str, float]]) -> None:
+    """Add a root to the ``near`` bands its settled spend reached of its USD ceiling (none
+    without one) and its own refused calls (``nr:<reason>``, counted on the context the
+    call was made at: the root's own calls only) to ``refused``."""
+    ceiling = int(h.get("l:usd") or 0)
+    for band in NEAR_BANDS:
+        if ceiling and used * 100 >= ceiling * band:
+            totals["near"][str(band)] = totals["near"].get(str(band), 0) + 1
+    for reason in REFUSAL_REASONS:
+        n = h.get(f"nr:{reason}") or ""
+        if n.isdigit() and int(n):
+            totals["refused"][reason] = totals["refused"].get(reason, 0) + int(n)
 
 
 def _provider_tokens(h: dict[str, str]) -> dict[str, int]:

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .indexer import NEAR_BANDS
 from .quota_metrics import QuotaCollector
 from .service import Service
 from .waiting import count_by_reason
@@ -44,6 +45,13 @@ class _DashboardCollector(Collector):
         waiting_by = GaugeMetricFamily("budget_waiting_trees_by_reason",
                                        "Open trees waiting for approval, by the stop waited on",
                                        labels=["tenant", "reason"])
+        near = GaugeMetricFamily("budget_trees_near_ceiling",
+                                 "Open trees whose root spent at least band % of its USD "
+                                 "ceiling (cumulative bands 50, 80, 100)",
+                                 labels=["tenant", "band"])
+        refused = GaugeMetricFamily("budget_refusals",
+                                    "Refused calls made at open trees' root contexts, by reason",
+                                    labels=["tenant", "reason"])
         for tenant in self.service.tenants:
             count, views = self.service.views[tenant].counts()
             trees.add_metric([tenant], count)
@@ -56,6 +64,10 @@ class _DashboardCollector(Collector):
             held.add_metric([tenant], views["held"].get("usd", 0) / 1e6)
             for reason, n in views["stops"].items():
                 stops.add_metric([tenant, reason], n)
+            for band in NEAR_BANDS:
+                near.add_metric([tenant, str(band)], views["near"].get(str(band), 0))
+            for reason, n in views["refused"].items():
+                refused.add_metric([tenant, reason], n)
             for b in self.service.shield(tenant)["breakers"]:
                 for s in BREAKER_STATES:
                     state.add_metric([tenant, b["name"], s], 1.0 if b["state"] == s else 0.0)
@@ -64,7 +76,8 @@ class _DashboardCollector(Collector):
             waiting.add_metric([tenant], len(waits))
             for reason, n in count_by_reason(waits).items():
                 waiting_by.add_metric([tenant, reason], n)
-        yield from (trees, spend, tokens, held, stops, state, failures, waiting, waiting_by)
+        yield from (trees, spend, tokens, held, stops, near, refused, state, failures, waiting,
+                    waiting_by)
         stats = self.stats()
         alerts = CounterMetricFamily("budget_dashboard_alerts",
                                      "Alerts this process emitted (after dedup)")

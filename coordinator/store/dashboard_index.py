@@ -14,13 +14,16 @@ from typing import Any
 
 from ..core.keys import DASH_SORTS, KeySpace
 from ..core.script_constants import EVENT_STREAM_CAP
+from ..core.vocabulary import StopReason
 from .dashboard_reads import fields_of, redis_ms
 from .topology import Client
 from .views import merge_shards
 
+REFUSAL_REASONS = tuple(r.value for r in StopReason)
 INDEX_FIELDS = ("u:usd", "h:usd", "l:usd", "status", "reason", "created_ms", "meta",
-                "u:steps", "u:tin", "u:tout", "id")
-"""The context hash fields the indexer reads of a root."""
+                "u:steps", "u:tin", "u:tout", "id", *(f"nr:{r}" for r in REFUSAL_REASONS))
+"""The context hash fields the indexer reads of a root (``nr:<reason>``: its own refused
+calls by reason, lib/calls_counted.lua)."""
 
 
 @dataclass(frozen=True)

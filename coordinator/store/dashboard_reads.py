@@ -285,7 +285,7 @@ class DashboardReads:
         pipe = self.client.pipeline(transaction=False)
         for key in self.ks.roots_shards():
             pipe.zcard(key)
-        names = ("org", "team", "service", "provider", "stops", "held")
+        names = ("org", "team", "service", "provider", "stops", "held", "near", "refused")
         for name in names:
             pipe.hgetall(self.ks.dash_open(name))
         res = pipe.execute()

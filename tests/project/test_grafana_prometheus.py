@@ -25,6 +25,7 @@ import redis
 import yaml  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from coordinator import CircuitBreaker, Decision
 from coordinator.core.vocabulary import StopReason
@@ -236,19 +237,20 @@ def named_metrics() -> set[str]:
 
 # -- the exporters, after real activity
 
-def scrape(url: str, token: str | None = None) -> Exported:
+def scrape(url: str, token: str | None = None) -> tuple[Exported, list[Sample]]:
+    """The metrics and labels exported (with their values seen), and the samples."""
     req = urllib.request.Request(url)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     with urllib.request.urlopen(req, timeout=10) as resp:
         text = resp.read().decode()
     out: Exported = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = out.setdefault(sample.name, {})
-            for label, value in sample.labels.items():
-                labels.setdefault(label, set()).add(value)
-    return out
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    for sample in samples:
+        labels = out.setdefault(sample.name, {})
+        for label, value in sample.labels.items():
+            labels.setdefault(label, set()).add(value)
+    return out, samples
 
 
 @dataclass
@@ -257,13 +259,23 @@ class Scrapes:
     """The dashboard's /metrics."""
     both: Exported
     """With the ledger exporter's."""
+    samples: list[Sample]
+    """The dashboard's samples."""
 
 
 def _complete(scrapes: Scrapes) -> bool:
-    """Every metric the two files name has a sample, the refusal's stop among them."""
+    """Every metric the two files name has a sample, the refusal's stop and reason among
+    them, and the capped tree counted at its ceiling."""
     both = scrapes.both
-    return named_metrics() <= both.keys() and "budget_exceeded" in both[
-        "budget_stopped_trees"].get("reason", set())
+    return named_metrics() <= both.keys() and all(
+        "budget_exceeded" in both[name].get("reason", set())
+        for name in ("budget_stopped_trees", "budget_refusals")) and _at_ceiling(scrapes)
+
+
+def _at_ceiling(scrapes: Scrapes) -> bool:
+    """The dashboard counts one open tree at 100 % of its ceiling (the capped one)."""
+    return any(s.value == 1 for s in scrapes.samples
+               if s.name == "budget_trees_near_ceiling" and s.labels.get("band") == "100")
 
 
 @pytest.fixture(scope="module")
@@ -303,8 +315,9 @@ def scrapes(redis_server: RedisServer) -> Iterator[Scrapes]:
         with dashboard(redis_server.url) as http:
             deadline = time.monotonic() + 60
             while True:
-                seen = Scrapes(scrape(http.base + "/metrics", VIEWER_TOKEN), {})
-                seen.both = {**seen.dashboard, **scrape(ledger_url)}
+                dashboard_exported, samples = scrape(http.base + "/metrics", VIEWER_TOKEN)
+                seen = Scrapes(dashboard_exported,
+                               {**dashboard_exported, **scrape(ledger_url)[0]}, samples)
                 if _complete(seen) or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
@@ -336,6 +349,18 @@ def test_every_metric_and_label_the_alert_rules_name_is_exported(scrapes: Scrape
 def test_every_metric_of_the_dashboards_metrics_has_a_panel(scrapes: Scrapes) -> None:
     """A metric added to /metrics shows up here until a panel shows it."""
     assert scrapes.dashboard.keys() - named_metrics() == set()
+
+
+def test_trees_near_their_ceiling_and_refusals_count_the_activity(scrapes: Scrapes) -> None:
+    """The capped tree (its whole ceiling spent) counts in every band, the research tree
+    (25 %) in none; the capped tree's refused call counts by its reason."""
+    values = {(s.name, s.labels.get("band") or s.labels.get("reason")): s.value
+              for s in scrapes.samples
+              if s.name in ("budget_trees_near_ceiling", "budget_refusals")}
+    assert values == {("budget_trees_near_ceiling", "50"): 1,
+                      ("budget_trees_near_ceiling", "80"): 1,
+                      ("budget_trees_near_ceiling", "100"): 1,
+                      ("budget_refusals", "budget_exceeded"): 1}
 
 
 def test_the_check_reports_what_is_not_exported() -> None:
