@@ -91,10 +91,18 @@ def fire_and_forget(self: Any, n: int, cost: float) -> list[str]:
 
 @app.task(bind=True)
 @contained(max_cost_usd=5.0)
-def llm_agent(self: Any, calls: int, cost: float) -> dict[str, Any]:
-    """A sub-agent making up to ``calls`` LLM calls whose estimate equals their cost."""
+def llm_agent(self: Any, calls: int, cost: float, meet: int = 1) -> dict[str, Any]:
+    """A sub-agent making up to ``calls`` LLM calls whose estimate equals their cost. It
+    first waits (up to 30 s) until agents have started in ``meet`` processes, so that a
+    fan-out is spread over processes however fast the first one runs; the processes of
+    agents that made a call are in the marks' set ``calling_pids``."""
     ctx = current_context()
     assert ctx is not None
+    m = marks()
+    m.sadd("agent_pids", os.getpid())
+    deadline = time.monotonic() + 30
+    while m.scard("agent_pids") < meet and time.monotonic() < deadline:
+        time.sleep(0.01)
     done = 0
     for i in range(calls):
         decision = ctx.wrap_llm_call(
@@ -105,6 +113,8 @@ def llm_agent(self: Any, calls: int, cost: float) -> dict[str, Any]:
         if decision != Decision.ALLOW:
             break
         done += 1
+    if done:
+        m.sadd("calling_pids", os.getpid())
     return {"calls": done, **_where()}
 
 
