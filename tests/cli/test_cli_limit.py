@@ -21,7 +21,7 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
-from coordinator.cli import main
+from tests.support.cli import budgetctl
 
 Capture = pytest.CaptureFixture[str]
 
@@ -34,13 +34,6 @@ def _run(ctx_id: str, usd: float = 0.05) -> ExecutionContext:
 def _spend(run: ExecutionContext, usd: float) -> Decision:
     return run.wrap_llm_call(lambda: report_usage(cost_usd=usd),
                              WrapOptions(cost_estimate_hint=usd))
-
-
-def _cli(capsys: Capture, redis_url: str, *args: str) -> tuple[int, str, str]:
-    Coordinator.default().store.flush()  # what this process wrote behind lands first
-    code = main(["--redis", redis_url, *args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _changes(run: ExecutionContext) -> list[dict[str, object]]:
@@ -81,7 +74,7 @@ def test_lowering_below_the_spend_stops_and_json_says_so(coord: Coordinator, red
                                                          capsys: Capture) -> None:
     run = _run("lower-me", usd=1.0)
     assert _spend(run, 0.2) == Decision.ALLOW
-    code, out, err = _cli(capsys, redis_url, "limit", "lower-me", "--usd", "0.10",
+    code, out, err = budgetctl(capsys, redis_url, "limit", "lower-me", "--usd", "0.10",
                           "--steps", "9", "--reason", "too much", "--actor", "ops-oncall",
                           "--json")
     assert code == 0, err
@@ -106,7 +99,7 @@ def test_a_bad_value_exits_2_and_changes_nothing(coord: Coordinator, redis_url: 
                                                  capsys: Capture, option: str,
                                                  value: str) -> None:
     run = _run("keep-me")
-    code, out, err = _cli(capsys, redis_url, "limit", "keep-me", option, value,
+    code, out, err = budgetctl(capsys, redis_url, "limit", "keep-me", option, value,
                           "--reason", "typo")
     assert code == 2 and out == ""
     assert err.startswith("budgetctl: ") and (option in err or option[2:] in err), err
@@ -118,15 +111,15 @@ def test_a_bad_value_exits_2_and_changes_nothing(coord: Coordinator, redis_url: 
 
 def test_unknown_closed_and_empty_changes_are_refused(coord: Coordinator, redis_url: str,
                                                       capsys: Capture) -> None:
-    code, out, err = _cli(capsys, redis_url, "limit", "nope", "--usd", "1", "--reason", "x")
+    code, out, err = budgetctl(capsys, redis_url, "limit", "nope", "--usd", "1", "--reason", "x")
     assert code == 2 and out == "" and "no context 'nope'" in err  # bad input, as a bad value
     run = _run("done-run")
-    code, _, err = _cli(capsys, redis_url, "limit", "done-run", "--reason", "x")
+    code, _, err = budgetctl(capsys, redis_url, "limit", "done-run", "--reason", "x")
     assert code == 2 and "nothing to change" in err
-    code, _, err = _cli(capsys, redis_url, "limit", "done-run", "--usd", "1")
+    code, _, err = budgetctl(capsys, redis_url, "limit", "done-run", "--usd", "1")
     assert code == 2 and "--reason" in err
     run.close()
-    code, out, err = _cli(capsys, redis_url, "limit", "done-run", "--usd", "1",
+    code, out, err = budgetctl(capsys, redis_url, "limit", "done-run", "--usd", "1",
                           "--reason", "x")
     assert code == 2 and out == "" and "'done-run' is closed" in err
     assert ExecutionContext.load_snapshot("done-run", coord).max_cost_usd == 0.05

@@ -17,15 +17,9 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
-from coordinator.cli import main
+from tests.support.cli import budgetctl
 
 Capture = pytest.CaptureFixture[str]
-
-
-def _cli(capsys: Capture, redis_url: str, *args: str) -> tuple[int, str]:
-    Coordinator.default().store.flush()
-    code = main(["--redis", redis_url, *args])
-    return code, capsys.readouterr().out
 
 
 def test_tree_shows_a_limits_change_and_the_stop(coord: Coordinator, redis_url: str,
@@ -41,7 +35,7 @@ def test_tree_shows_a_limits_change_and_the_stop(coord: Coordinator, redis_url: 
     coord.set_limits("events-tree", max_cost_usd=0.10, max_steps=30, actor="olga",
                      reason="approved by finance")
 
-    code, out = _cli(capsys, redis_url, "tree", "events-tree")
+    code, out, _ = budgetctl(capsys, redis_url, "tree", "events-tree")
     assert code == 0
     head, _, events = out.partition("events, newest first:")
     assert "events-tree" in head and events, out
@@ -51,7 +45,7 @@ def test_tree_shows_a_limits_change_and_the_stop(coord: Coordinator, redis_url: 
                              "(approved by finance); lifted budget_exceeded"), lines[0]
     assert len(lines) == 1, lines  # the stop is on the context's line, not listed
 
-    code, out = _cli(capsys, redis_url, "tree", "events-tree", "--json")
+    code, out, _ = budgetctl(capsys, redis_url, "tree", "events-tree", "--json")
     doc = json.loads(out)
     assert code == 0 and set(doc) == {"read_at_ms", "tree", "events"}
     change = doc["events"][0]

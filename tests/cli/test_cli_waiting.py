@@ -21,15 +21,9 @@ from coordinator import (
     WrapOptions,
     report_usage,
 )
-from coordinator.cli import main
+from tests.support.cli import budgetctl
 
 Capture = pytest.CaptureFixture[str]
-
-
-def _cli(capsys: Capture, redis_url: str, *args: str) -> tuple[int, str]:
-    Coordinator.default().store.flush()
-    code = main(["--redis", redis_url, *args])
-    return code, capsys.readouterr().out
 
 
 def test_top_and_tree_show_the_wait(coord: Coordinator, redis_url: str,
@@ -47,27 +41,27 @@ def test_top_and_tree_show_the_wait(coord: Coordinator, redis_url: str,
                                     "approval_reason": "budget_exceeded",
                                     "approval_until_ms": until})
 
-    code, out = _cli(capsys, redis_url, "top", "--json")
+    code, out, _ = budgetctl(capsys, redis_url, "top", "--json")
     trees = {t["id"]: t for t in json.loads(out)["trees"]}
     assert code == 0
     assert trees["waits"]["waiting_for_approval"] == {
         "ctx": kid.chain_id, "reason": "budget_exceeded", "until_ms": until}
     assert trees["does-not-wait"]["waiting_for_approval"] is None
 
-    code, out = _cli(capsys, redis_url, "top")
+    code, out, _ = budgetctl(capsys, redis_url, "top")
     line = next(ln for ln in out.splitlines() if ln.startswith("waits "))
     assert f"waiting for approval: budget_exceeded at {kid.chain_id} (4m5" in line, line
     assert "waiting" not in next(ln for ln in out.splitlines() if ln.startswith("does-not"))
 
-    code, out = _cli(capsys, redis_url, "tree", "waits", "--json")
+    code, out, _ = budgetctl(capsys, redis_url, "tree", "waits", "--json")
     doc = json.loads(out)
     assert doc["tree"]["waiting_for_approval"]["reason"] == "budget_exceeded"
-    code, out = _cli(capsys, redis_url, "tree", "waits")
+    code, out, _ = budgetctl(capsys, redis_url, "tree", "waits")
     assert "waiting for approval: budget_exceeded at" in out.splitlines()[0]
 
     # a wait whose end has passed (its process died) shows no more
     coord.client.hset(key, "approval_until_ms", int(coord.redis_now_ms()) - 1)
-    code, out = _cli(capsys, redis_url, "top", "--json")
+    code, out, _ = budgetctl(capsys, redis_url, "top", "--json")
     trees = {t["id"]: t for t in json.loads(out)["trees"]}
     assert trees["waits"]["waiting_for_approval"] is None
     for ctx in (kid, run, other):
@@ -90,7 +84,7 @@ def test_top_json_shows_a_real_wait_until_a_raise(coord: Coordinator, redis_url:
     caller.start()
 
     def waiting() -> dict[str, object] | None:
-        out = _cli(capsys, redis_url, "top", "--json")[1]
+        out = budgetctl(capsys, redis_url, "top", "--json")[1]
         tree = {t["id"]: t for t in json.loads(out)["trees"]}["real-wait"]
         wait: dict[str, object] | None = tree["waiting_for_approval"]
         return wait
