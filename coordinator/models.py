@@ -21,6 +21,7 @@ from .models_base import (
 )
 from .models_config import (
     ChainMetadata,
+    Degrade,
     ExecutionConfig,
     LeasePolicy,
     TokenBudget,
@@ -40,7 +41,7 @@ from .models_records import (
 
 __all__ = [
     "MAX_COUNT", "MAX_LABEL", "MAX_TIMEOUT_MS", "MAX_USD", "ActiveLimits", "ChainMetadata",
-    "ContextSnapshot", "Decision", "ExecutionConfig", "LeasePolicy", "NodeKind", "NodeRecord",
+    "ContextSnapshot", "Decision", "Degrade", "ExecutionConfig", "LeasePolicy", "NodeKind", "NodeRecord",
     "NodeStatus", "SafetyEvent", "TokenBudget", "TokenTotals", "WrapOptions", "_Frozen",
     "check_count", "check_slug", "check_usd", "in_range", "validate_deadline",
 ]

@@ -20,6 +20,7 @@ from .models_base import (
     check_usd,
     in_range,
 )
+from .models_degrade import Degrade, check_warn_at
 
 
 class TokenBudget(_Frozen):
@@ -124,6 +125,16 @@ class ExecutionConfig(_Frozen):
     """How long a call that meets a ceiling (or does not fit under one) waits for an
     operator to raise the limit before it halts, in seconds (``None``: it halts at once).
     Children inherit it (docs/operators.md, "Wait for approval")."""
+    degrade: Degrade | None = None
+    """Model ladders: calls fall back to cheaper models as money runs low instead of
+    halting (docs/degrade.md). Children inherit it unless they say otherwise."""
+    final_reserve_usd: float = 0.0
+    """USD at the top of this context's ceiling that only calls marked final
+    (``WrapOptions(final=True)``, ``ctx.finishing()``) may spend; an ordinary call that
+    would reach into it halts with ``final_reserve`` and the context keeps running."""
+    warn_at: tuple[float, ...] = ()
+    """Fractions of this context's ceilings (USD, steps) at which one ``budget_warning``
+    is recorded and every process under it hears it (``ctx.on_warning``)."""
 
     @field_validator("max_cost_usd", mode="before")
     @classmethod
@@ -144,6 +155,23 @@ class ExecutionConfig(_Frozen):
     @classmethod
     def _deadline(cls, v: Any) -> datetime | None:
         return validate_deadline(v)
+
+    @field_validator("final_reserve_usd", mode="before")
+    @classmethod
+    def _reserve(cls, v: Any) -> float:
+        return check_usd(v, "final_reserve_usd")
+
+    @field_validator("warn_at", mode="before")
+    @classmethod
+    def _warn_at(cls, v: Any) -> tuple[float, ...]:
+        return check_warn_at(v)
+
+    @model_validator(mode="after")
+    def _reserve_below_ceiling(self) -> ExecutionConfig:
+        if self.final_reserve_usd >= self.max_cost_usd:
+            raise ValueError(f"final_reserve_usd ({self.final_reserve_usd}) must be below "
+                             f"max_cost_usd ({self.max_cost_usd})")
+        return self
 
     @field_validator("approval_wait_s", mode="before")
     @classmethod
@@ -243,6 +271,10 @@ class WrapOptions(_Frozen):
     """The exception types that count as retryable failures (a retry spent); any other
     is raised at once and its run counts as a step. None: every exception but a caller
     bug (docs/tokens.md) is retryable."""
+
+    final: bool = False
+    """A call that may spend its context's final reserve (``final_reserve_usd``): the
+    agent's last answer. ``ctx.finishing()`` marks every call in its block."""
 
     @field_validator("cost_estimate_hint", mode="before")
     @classmethod

@@ -144,6 +144,8 @@ class ContextState:
         first = first or pending.fresh
         # a root: the quota buckets its labels match, written by the open itself
         fields, attached = quota_attachment(self.coord, self.path, self.metadata)
+        if plan.fields:
+            fields = [*fields, *plan.fields]
         try:
             opened = self.coord.backend.guard(lambda: self.store.open(
                 self.path, request_id=self.metadata.request_id, meta_json=pending.meta_json,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..models import ChainMetadata, ExecutionConfig, LeasePolicy, TokenBudget
-from .amounts import open_triples, token_limit_dims
+from ..models_degrade import to_ppm
+from .amounts import open_triples, token_limit_dims, usd_to_micro
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,10 @@ class OpenPlan:
     deadline_ms: int
     triples: tuple[str | int, ...]
     """open.lua's (dimension, mode, value) triples."""
+    fields: tuple[str | int, ...] = ()
+    """Hash fields the scripts read besides the limits (field, value, ...): ``fr``, the
+    final reserve in micro-USD (reserve.lua), and ``wa``, the warning thresholds in
+    parts per million, comma-separated (lib/warnings.lua)."""
 
 
 _ALL_FIELDS = frozenset(ExecutionConfig.model_fields)
@@ -69,7 +74,18 @@ def _build_open_plan(config: ExecutionConfig, is_child: bool, explicit: frozense
                                separators=(",", ":")),
         deadline_ms=int(config.deadline.timestamp() * 1000) if config.deadline else 0,
         triples=tuple(open_triples(config, is_child=is_child, explicit=explicit)),
+        fields=edge_fields(config),
     )
+
+
+def edge_fields(config: ExecutionConfig) -> tuple[str | int, ...]:
+    """The hash fields of ``config``'s final reserve and warning thresholds (OpenPlan)."""
+    fields: list[str | int] = []
+    if config.final_reserve_usd:
+        fields += ["fr", usd_to_micro(config.final_reserve_usd)]
+    if config.warn_at:
+        fields += ["wa", ",".join(str(to_ppm(t)) for t in config.warn_at)]
+    return tuple(fields)
 
 
 _cached_open_plan = functools.lru_cache(maxsize=256)(_build_open_plan)
@@ -114,6 +130,7 @@ def _build_child_plan(parent: ExecutionConfig, max_cost_usd: float | None,
         lease=(parent.lease if lease is None or lease is True
                else lease if isinstance(lease, LeasePolicy) else None),
         approval_wait_s=parent.approval_wait_s,
+        degrade=parent.degrade,
     )
     explicit = frozenset(k for k, v in given.items() if v is not None)
     return _build_open_plan(config, True, explicit)

@@ -12,6 +12,7 @@ from ..errors import ContextNotFoundError
 from ..models import (
     ChainMetadata,
     ContextSnapshot,
+    Degrade,
     ExecutionConfig,
     LeasePolicy,
     NodeRecord,
@@ -51,6 +52,9 @@ def config_from_hash(h: dict[str, str]) -> ExecutionConfig:
         deadline=ms_to_datetime(int(h.get("deadline") or 0)),
         lease=LeasePolicy(**requested["lease"]) if "lease" in requested else None,
         approval_wait_s=requested.get("approval_wait_s"),
+        degrade=Degrade(**requested["degrade"]) if "degrade" in requested else None,
+        final_reserve_usd=float(requested.get("final_reserve_usd") or 0.0),
+        warn_at=tuple(requested.get("warn_at") or ()),
     )
 
 

@@ -40,6 +40,19 @@ class StopReason(Word):
     """A quota grant of the root cannot cover the call: the caller tops it up."""
     UNPRICED_MODEL = "unpriced_model"
     BACKEND_UNAVAILABLE = "backend_unavailable"
+    FINAL_RESERVE = "final_reserve"
+    """An ordinary call would reach into a level's final reserve (a refusal only: the
+    context keeps running for its final calls)."""
+
+
+class EdgeEvent(Word):
+    """The SafetyEvents of a budget's edge that stop nothing (docs/degrade.md)."""
+
+    DEGRADED = "degraded"
+    """A call ran on a cheaper rung of its model ladder (once per context and pair)."""
+    BUDGET_WARNING = "budget_warning"
+    """A level's spend or steps reached a ``warn_at`` threshold (once per level and
+    threshold)."""
 
 
 class Status(Word):
@@ -181,8 +194,8 @@ class LimitsCode(IntEnum):
 
 
 ENUMS: tuple[type[Enum], ...] = (StopReason, Status, FinishOutcome, NodeStatus, CallCount,
-                                 OpenRefusal, OpenCode, ReserveCode, FinishCode, TakeCode,
-                                 ChargeCode, AbortCode, LimitsCode)
+                                 EdgeEvent, OpenRefusal, OpenCode, ReserveCode, FinishCode,
+                                 TakeCode, ChargeCode, AbortCode, LimitsCode)
 """The enums whose members (``Enum.MEMBER``) a script names and reads as their values."""
 
 TABLES: dict[str, dict[str, str] | frozenset[str]] = {
