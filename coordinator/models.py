@@ -30,6 +30,7 @@ from .models_config import (
 )
 from .models_records import (
     ActiveLimits,
+    BudgetWarning,
     ContextSnapshot,
     Decision,
     NodeKind,
@@ -40,8 +41,9 @@ from .models_records import (
 )
 
 __all__ = [
-    "MAX_COUNT", "MAX_LABEL", "MAX_TIMEOUT_MS", "MAX_USD", "ActiveLimits", "ChainMetadata",
-    "ContextSnapshot", "Decision", "Degrade", "ExecutionConfig", "LeasePolicy", "NodeKind", "NodeRecord",
-    "NodeStatus", "SafetyEvent", "TokenBudget", "TokenTotals", "WrapOptions", "_Frozen",
-    "check_count", "check_slug", "check_usd", "in_range", "validate_deadline",
+    "MAX_COUNT", "MAX_LABEL", "MAX_TIMEOUT_MS", "MAX_USD", "ActiveLimits", "BudgetWarning",
+    "ChainMetadata", "ContextSnapshot", "Decision", "Degrade", "ExecutionConfig", "LeasePolicy",
+    "NodeKind", "NodeRecord", "NodeStatus", "SafetyEvent", "TokenBudget", "TokenTotals",
+    "WrapOptions", "_Frozen", "check_count", "check_slug", "check_usd", "in_range",
+    "validate_deadline",
 ]

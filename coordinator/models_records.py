@@ -79,7 +79,10 @@ class NodeRecord(_Frozen):
     provider: str | None = None
     """Provider slug, if known."""
     model: str | None = None
-    """Model, if known."""
+    """Model, if known: the model that ran."""
+    degraded_from: str | None = None
+    """The model the call asked for, when its model ladder ran it on ``model`` instead
+    (docs/degrade.md)."""
     stop_reason: str | None = None
     """Why the call was refused before it ran (a stop reason such as ``budget_exceeded``),
     for calls refused by a limit or a stop; the chain's events record each reason once."""
@@ -121,6 +124,7 @@ class NodeFields(_NodeKeys, total=False):
     output_tokens: int
     provider: str | None
     model: str | None
+    degraded_from: str
     stop_reason: str | None
     stop_detail: str
     steps_used: int
@@ -251,3 +255,24 @@ class ActiveLimits(_Frozen):
     tokens_remaining: dict[str, int] = Field(default_factory=dict)
     """Tokens left per limited dimension (``total``, ``input``, ``output``,
     ``openai.total``, ...), estimates in flight deducted."""
+    cost_fraction_remaining: float | None = None
+    """What is left of the tightest USD ceiling (the one ``cost_usd_remaining`` is
+    under), as a fraction of it, from 0.0 to 1.0; None when no level has one."""
+
+
+class BudgetWarning(_Frozen):
+    """A level's spend or steps reached one of its ``ExecutionConfig.warn_at``
+    thresholds: what ``ExecutionContext.on_warning`` callbacks are called with (once per
+    handle, level, dimension and threshold)."""
+
+    chain_id: str
+    """The level (context id) whose ceiling the threshold is a fraction of: the handle's
+    own context or one of its ancestors."""
+    threshold: float
+    """The fraction reached (as stored: parts per million)."""
+    dimension: Literal["usd", "steps"]
+    """``usd`` (spend against ``max_cost_usd``) or ``steps`` (against ``max_steps``)."""
+    remaining_usd: float | None = None
+    """USD left under the level's ceiling when it was reached (None: no USD ceiling)."""
+    remaining_steps: int | None = None
+    """Steps left under the level's ceiling then (None: no step ceiling)."""

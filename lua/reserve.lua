@@ -12,18 +12,32 @@
 -- ARGV[5]     keyed  '1' when the id is a call key (the same call replayed, e.g. a redelivered
 --             task, gets the same id): its outcome ('ok', 'error', 'skip' or 'halted',
 --             lib/calls_counted.lua remembered) is kept in KEYS[last]
--- ARGV[6..]   amounts{dim, amount}  pairs: dimension, amount (integers; steps 1 is always among
---             them)
+-- ARGV[6]     final  '1' when the call may spend the levels' final reserves (field fr)
+-- ARGV[7]     below  the ladder's threshold in parts per million of a ceiling (0: none)
+-- ARGV[8]     n_rungs  n, the number of rungs below (0: the call names no ladder)
+-- ARGV[9..]   rungs{model, amount}  the model ladder, the requested model first: each
+--             rung's model and its worst case in micro-USD (lib/ladder.lua choose_rung)
+-- ARGV[9+2n..] amounts{dim, amount}  pairs: dimension, amount (integers; steps 1 is always
+--             among them; with rungs, usd is the requested rung's)
 --
 -- Every level is checked (status, deadline in Redis time, each dimension's limit against
--- used + held + amount, each token total's limit against the sum of its two directions)
--- before anything is written, so a refusal changes nothing but the stop of a level that is
+-- used + held + amount, each token total's limit against the sum of its two directions,
+-- and unless the call is final, the level's final reserve fr: used + held + usd must stay
+-- at most limit - fr) before anything is written, so a refusal changes nothing but the stop of a level that is
 -- past a limit for good (deadline passed, or used already at the ceiling), or whose limit,
 -- counter or deadline field is not a valid number (state_corrupt: fail closed). The retry
 -- budget needs no check here: the release that spends the last retry stops the level.
 --
--- Returns {1, now_ms, expired_id, expired_json, ...} when held (with up to 8 reservations
---         of this tree whose lease has expired, for the caller to settle at their estimate);
+-- A call reaching only into a final reserve is refused with reason final_reserve and
+-- stops nothing. With rungs, the usd amount held is the chosen rung's: the first that
+-- fits at every level, or, when some level has less than `below` of its ceiling left
+-- before the call (limit - used - held), the cheapest that fits; none fitting refuses
+-- the call as the cheapest rung would be. A rung other than the first counts the call
+-- degraded at every level (nd) and records one 'degraded' event per context and pair.
+--
+-- Returns {1, now_ms, rung, expired_id, expired_json, ...} when held (rung: the index of
+--         the chosen rung, 0 without rungs; with up to 8 reservations of this tree whose
+--         lease has expired, for the caller to settle at their estimate);
 --         {0, level, reason, detail, stopped, now_ms} when refused, where stopped is 1 when
 --         the level is stopped for good (before or by this call) and 0 when only this call
 --         does not fit; then followed by the expired reservations too (expired_id,
@@ -31,14 +45,15 @@
 --         tree can be held to find them otherwise.
 --         {0, 1, 'quota_grant', '<i> <why>', 0, now_ms} when the root's quota grant i
 --         cannot cover the call (lib/quota.lua quota_state; the caller tops it up, docs/quotas.md).
---         A reservation id already held returns {1, now_ms} and holds nothing more;
+--         A reservation id already held returns {1, now_ms, rung} and holds nothing more;
 --         a call key already finished returns {2, now_ms, outcome} and holds nothing.
 --
--- uses: numbers, common, reservations, stops, levels, quota
+-- uses: numbers, common, reservations, stops, levels, quota, ladder
 
 local now = now_ms()
 local id = reservation_id
-if redis.call('HEXISTS', res, id) == 1 then return {ReserveCode.HELD, now} end
+local record = redis.call('HGET', res, id)
+if record then return {ReserveCode.HELD, now, cjson.decode(record).g or 0} end
 if keyed == '1' then  -- only call keys are remembered when they finish
   local outcome = redis.call('HGET', done, id)
   if outcome then return {ReserveCode.REPLAYED, now, outcome} end
@@ -65,9 +80,16 @@ end
 
 -- the root's number of quota buckets (q, lib/quota.lua quota_state) is read at the root
 -- only: the other levels are read with a shape without it
-local root_shape = level_shape({'status', 'deadline', 'q'}, dims, totals)
-local inner_shape = #levels > 1 and level_shape({'status', 'deadline'}, dims, totals) or nil
+local root_shape = level_shape({'status', 'deadline', 'fr', 'nd', 'q'}, dims, totals)
+local inner_shape = #levels > 1 and level_shape({'status', 'deadline', 'fr', 'nd'}, dims,
+                                                totals) or nil
 local nq = 0
+local fin = final == '1'
+local ladder = #rungs > 0
+local low_ppm = tonumber(below)
+local room, low = nil, false  -- with rungs: the least USD room over the levels; whether
+local usd = {}                -- some level is below the threshold; per level {limit,
+                              -- used, held, reserve} of USD and where its hold is set
 
 -- The refusal of a call at level lv whose dimension d (limit, used, held) cannot take
 -- amount: for good (a stop) when used already reached the limit.
@@ -82,6 +104,15 @@ local function refuse(lv, key, events_key, d, limit, used, held, amount)
                  ' left (' .. amount_text(d, held) .. ' held by calls in flight)'
   return append_expired({ReserveCode.REFUSED, lv, reason_for(d), detail, 0, now}, res, leases,
                         now)
+end
+
+-- The refusal of an ordinary call at level lv that would reach into its final reserve fr.
+local function reserved(lv, limit, used, held, amount, fr)
+  local detail = 'usd needs ' .. amount_text('usd', amount) .. ', ' ..
+                 amount_text('usd', limit - fr - used - held) .. ' of ' ..
+                 amount_text('usd', limit) .. ' left before the final reserve of ' ..
+                 amount_text('usd', fr)
+  return {ReserveCode.REFUSED, lv, StopReason.FINAL_RESERVE, detail, 0, now}
 end
 
 -- The refusal at level lv whose stored state is corrupt: the level stops (fail closed).
@@ -112,17 +143,34 @@ for lv = 1, #levels do
     return {ReserveCode.REFUSED, lv, StopReason.TIMEOUT, detail, 1, now}
   end
   local set = {}
+  local fr = fin and 0 or level.fr
   for j, d in ipairs(dims) do
     local slot = shape.slot[d]
     local limit, u, h, amount = level[slot.limit], level[slot.used], level[slot.held], wanted[j]
-    if limit and (u >= limit or u + h + amount > limit) then
-      return refuse(lv, key, events_key, d, limit, u, h, amount)
-    end
-    if amount > 0 then
+    if d == 'usd' and ladder then  -- the amount is the rung's, chosen below
+      if limit then
+        if u >= limit then return refuse(lv, key, events_key, d, limit, u, h, amount) end
+        local left = limit - u - h
+        if room == nil or left - fr < room then room = left - fr end
+        if left * 1000000 < low_ppm * limit then low = true end
+      end
+      usd[lv] = {limit, u, h, fr, #set + 2}
       set[#set + 1] = slot.held_field
-      set[#set + 1] = h + amount
+      set[#set + 1] = h
+    else
+      if limit and (u >= limit or u + h + amount > limit) then
+        return refuse(lv, key, events_key, d, limit, u, h, amount)
+      end
+      if d == 'usd' and fr > 0 and limit and u + h + amount > limit - fr then
+        return reserved(lv, limit, u, h, amount, fr)
+      end
+      if amount > 0 then
+        set[#set + 1] = slot.held_field
+        set[#set + 1] = h + amount
+      end
     end
   end
+  set.nd = level.nd
   for i, t in ipairs(totals) do
     local limit = level[shape.total_slot[i]]
     if limit then
@@ -137,6 +185,37 @@ for lv = 1, #levels do
   holds[lv] = set
   if lv == 1 then nq = level.q end
 end
+local rung = 0
+if ladder then
+  rung = choose_rung(rungs, room, low)
+  if rung == nil then  -- refused as the cheapest rung is, at the first level it misses
+    local amount = cheapest_amount(rungs)
+    for lv = 1, #levels do
+      local limit, u, h, fr = unpack(usd[lv])
+      if limit and u + h + amount > limit then
+        return refuse(lv, levels[lv].ctx, levels[lv].events, 'usd', limit, u, h, amount)
+      end
+      if limit and u + h + amount > limit - fr then
+        return reserved(lv, limit, u, h, amount, fr)
+      end
+    end
+  end
+  local amount = tonumber(rungs[rung].amount)
+  wanted[at['usd']] = amount
+  for lv = 1, #levels do
+    local set = holds[lv]
+    set[usd[lv][5]] = set[usd[lv][5]] + amount
+    if rung > 1 then
+      set[#set + 1] = 'nd'
+      set[#set + 1] = set.nd + 1
+    end
+  end
+  if rung > 1 then
+    note_degraded(levels[#levels].ctx, levels[#levels].events, ids[#ids], id,
+                  rungs[1].model, rungs[rung].model, now)
+  end
+end
+
 local qgids = nil
 if nq > 0 then
   local st, why = quota_state(levels[1].ctx, nq, now)
@@ -161,7 +240,8 @@ for lv = 1, #levels do
 end
 local rec = new_reservation(ids, held, keyed == '1')
 rec.q = qgids
+if rung > 0 then rec.g = rung end
 redis.call('HSET', res, id, cjson.encode(rec))
 redis.call('ZADD', leases, now + tonumber(lease_ms), id)
 
-return append_expired({ReserveCode.HELD, now}, res, leases, now)
+return append_expired({ReserveCode.HELD, now, rung}, res, leases, now)

@@ -31,10 +31,11 @@ from ..quotas.steps import grant_short, refill_and_reserve
 from ..shield.pipeline import ToolCallContext
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown, is_stall
-from ..store.requests import ChainEvent, Finish, Flush, Open, Reap, Refusal, Reserve
+from ..store.requests import ChainEvent, EdgeTerms, Finish, Flush, Open, Reap, Refusal, Reserve
 from ..store.tree import Held, Refused, Replayed, Stop
 from .approval_steps import wait_for_approval, waits_for
 from .cancellation import CancellationToken
+from .edge import chosen_rung, edge_terms
 from .failures import add_error
 from .hooks import BeforeCall, HookRefusal
 from .lease import LeaseSlice
@@ -88,12 +89,20 @@ class Call:
     """The wrapped function (the causal chain digests a partial's arguments)."""
     settled: NodeFields | None = None
     """The node record it was settled or released with (its span reads it)."""
+    model: str | None = None
+    """The model it runs on: its model ladder's choice (edge.py), else the option's."""
+    degraded_from: str | None = None
+    """The model it asked for, when the ladder chose a cheaper one."""
+    final: bool = False
+    """It may spend the final reserve (``WrapOptions.final``, ``ctx.finishing()``)."""
     held: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
         """``held``: the reserved amounts by dimension."""
         a = self.amounts
         self.held = {str(a[i]): int(a[i + 1]) for i in range(0, len(a), 2)}
+        if self.model is None:
+            self.model = self.options.model
 
 
 active_call: ContextVar[Call | None] = ContextVar("budget_call", default=None)
@@ -121,8 +130,13 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
         return (yield from halt(state, kind, opts, call_id, StopReason.UNPRICED_MODEL,
                                 unpriced))
     # an LLM call holds at least the floor it is charged if it reports nothing
-    amounts = reserve_amounts(opts, state.coord.charging.floor_micro if kind == "llm" else 0)
-    lease = slice_of(state)
+    floor = state.coord.charging.floor_micro if kind == "llm" else 0
+    amounts = reserve_amounts(opts, floor)
+    terms = edge_terms(state, opts, int(amounts[1]), floor)
+    if terms.rungs:  # the requested model's worst case, until reserve.lua chooses
+        amounts[1] = terms.rungs[1]
+    # a ladder is chosen by reserve.lua: such a call is not served from a slice
+    lease = slice_of(state) if not terms.rungs else None
     # covered by the live slice: no store request (so served while Redis is away too);
     # never while a ceiling stop heard here makes the call wait for approval
     served = lease is not None and state.stopped is None and lease.serve(amounts)
@@ -140,7 +154,7 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                 taking = False
             if not served:
                 mark = state.store.wire.write_mark()
-                res = yield from _reserve(state, call_id, amounts, keyed)
+                res = yield from _reserve(state, call_id, amounts, keyed, terms)
                 if isinstance(res, Refused) and (res.expired or (
                         res.level >= 0 and not res.stopped
                         and state.store.wire.wrote_since(mark))):
@@ -150,10 +164,10 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                     if res.expired:
                         yield Reap(state.path, res.expired)
                     yield Flush()
-                    res = yield from _reserve(state, call_id, amounts, keyed)
+                    res = yield from _reserve(state, call_id, amounts, keyed, terms)
                 if isinstance(res, Refused) and waits_for(state, res.reason):
                     res = yield from wait_for_approval(
-                        state, res, lambda: _reserve(state, call_id, amounts, keyed))
+                        state, res, lambda: _reserve(state, call_id, amounts, keyed, terms))
     except UNAVAILABLE as exc:
         if is_stall(exc):
             backend.failed(exc, state.backend_key)
@@ -170,7 +184,7 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                                 str(err), offline=True))
     if served:
         return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts,
-                                            lease=lease)))
+                                            lease=lease, final=terms.final)))
     if isinstance(res, Replayed):  # finished in an earlier delivery of the same work
         return Outcome(REPLAYED_DECISIONS[FinishOutcome(res.outcome)], reason="replayed",
                        detail=f"call {call_id} already finished ({res.outcome})")
@@ -183,18 +197,27 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     state.coord.observe_redis_time(res.now_ms)
     if res.expired:
         yield Reap(state.path, res.expired)
-    return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts)))
+    rung = chosen_rung(terms, res.rung)
+    if rung is not None:  # the ladder's choice: what is held, and what runs
+        amounts[1] = rung[1]
+    call = _new_call(state, owner, kind, opts, call_id, amounts, final=terms.final)
+    if rung is not None:
+        call.model = rung[0]
+        if rung[0] != opts.model:
+            call.degraded_from = opts.model
+    return (yield from _admit(call))
 
 
-def _reserve(state: ContextState, call_id: str, amounts: list[str | int], keyed: bool
-             ) -> Steps[Held | Refused | Replayed]:
+def _reserve(state: ContextState, call_id: str, amounts: list[str | int], keyed: bool,
+             terms: EdgeTerms) -> Steps[Held | Refused | Replayed]:
     """Hold the call's estimate at every level (one round trip), topping up a quota grant
     of the tree that is short (quotas/)."""
-    res: Held | Refused | Replayed = yield Reserve(state.path, call_id, amounts, keyed,
-                                                   resend=state.has_time_to_resend())
+    request = Reserve(state.path, call_id, amounts, keyed, resend=state.has_time_to_resend(),
+                      terms=terms)
+    res: Held | Refused | Replayed = yield request
     state.coord.backend.succeeded(state.backend_key)
     if grant_short(res):
-        res = yield from refill_and_reserve(state.path, call_id, amounts, keyed, res)
+        res = yield from refill_and_reserve(request, res)
     return res
 
 
@@ -235,7 +258,7 @@ def _withdraw(call: Call, status: NodeStatus, refused_by: str | None = None) -> 
 
 def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
               call_id: str, amounts: list[str | int], *, reserved: bool = True,
-              lease: LeaseSlice | None = None) -> Call:
+              lease: LeaseSlice | None = None, final: bool = False) -> Call:
     parent_call = active_call.get()
     tool_ctx = None
     if state.pipeline is not None or state.circuit_breaker is not None:
@@ -253,7 +276,7 @@ def _new_call(state: ContextState, owner: object, kind: Kind, opts: WrapOptions,
         state.coord.call_later(opts.timeout_ms / 1000, lambda: token.cancel(StopReason.TIMEOUT))
     return Call(state, owner, call_id, kind, opts, amounts, tool_ctx, token,
                 parent_call=parent_call.call_id if parent_call else None, reserved=reserved,
-                lease=lease)
+                lease=lease, final=final)
 
 
 def halt(state: ContextState, kind: Kind, opts: WrapOptions, call_id: str, reason: str,
@@ -302,9 +325,11 @@ def node(call: Call, status: NodeStatus, *, charge: Charge | None = None, retrie
         "input_tokens": charge.tin if charge else 0,
         "output_tokens": charge.tout if charge else 0,
         "provider": (usage.provider if usage else None) or call.options.provider,
-        "model": (usage.model if usage else None) or call.options.model,
+        "model": (usage.model if usage else None) or call.model,
         "charged_by": charge.rule if charge else "none",
     }
+    if call.degraded_from is not None:
+        record["degraded_from"] = call.degraded_from
     if charge is not None and charge.unreported:
         record["unreported"] = True
     if error is not None:

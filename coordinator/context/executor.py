@@ -62,7 +62,7 @@ class Executor:
 
 def _reserve(state: ContextState, r: Reserve) -> Any:
     return state.store.reserve(r.path, r.reservation_id, r.amounts, keyed=r.keyed,
-                               resend=r.resend)
+                               resend=r.resend, terms=r.terms)
 
 
 def _finish(state: ContextState, r: Finish) -> list[Stop]:

@@ -16,6 +16,7 @@ from ..core.usage import check_names
 from ..errors import InvalidUsageError
 from ..models import TokenTotals
 from ..quotas.steps import grant_short, refill_and_reserve
+from ..store.requests import Reserve
 from ..store.tree import Refused
 from .executor import Executor
 from .reading import limit_error, snapshot
@@ -60,8 +61,8 @@ class TokenLedger:
         state = self._state
         res = state.store.reserve(state.path, reservation_id, amounts)
         if isinstance(res, Refused) and grant_short(res):  # a quota grant to top up
-            res = drive(refill_and_reserve(state.path, reservation_id, amounts, False, res),
-                        Executor(state))
+            res = drive(refill_and_reserve(
+                Reserve(state.path, reservation_id, amounts, False), res), Executor(state))
         if isinstance(res, Refused):
             raise limit_error(state, res.reason, res.detail)
         direction: Literal["input", "output", "both"] = (

@@ -41,7 +41,7 @@ def charged(call: Call, usage: Usage | None, ended: Ended, invalid: str | None
     model) and ``invalid_usage`` (once per context and error type)."""
     state, opts = call.state, call.options
     ch = charge(call.held, usd_to_micro(opts.cost_estimate_hint, round_up=True), usage,
-                kind=call.kind, ended=ended, invalid=invalid is not None, model=opts.model,
+                kind=call.kind, ended=ended, invalid=invalid is not None, model=call.model,
                 provider=opts.provider, policy=state.coord.charging)
     if ch.unpriced_model is not None:
         yield note_once(state, "usage_unpriced", ch.unpriced_model,

@@ -142,7 +142,8 @@ OPEN = contract(
     "deadline_ms:int n_fields:count(fields) fields{field,value} limits{dim,mode,value}")
 RESERVE = contract(
     "reserve", "res leases levels{ctx,events} done",
-    "reservation_id lease_ms:int path:csv abort_channel keyed:flag amounts{dim,amount:int}")
+    "reservation_id lease_ms:int path:csv abort_channel keyed:flag final:flag below:int "
+    "n_rungs:count(rungs) rungs{model,amount:int} amounts{dim,amount:int}")
 SETTLE = contract(
     "settle", _FINISH_KEYS, f"{_FINISH_HEAD} late:flag {_NODE_FACTS} amounts{{dim,amount:int}}")
 RELEASE = contract(

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any, TypeGuard
 
-from ..core.paths import Path
 from ..core.vocabulary import StopReason
 from ..store.requests import Reserve, StoreRequest, TopUp
 from ..store.tree import Held, Refused, Replayed
@@ -30,13 +29,13 @@ def quota_need(amounts: Sequence[str | int]) -> dict[str, int]:
             "tok": by_dim.get("tin", 0) + by_dim.get("tout", 0)}
 
 
-def refill_and_reserve(path: Path, call_id: str, amounts: Sequence[str | int], keyed: bool,
-                       refused: Refused
+def refill_and_reserve(request: Reserve, refused: Refused
                        ) -> Generator[StoreRequest, Any, Held | Refused | Replayed]:
-    """Top up the short grant and reserve again (as often as the tree has buckets);
-    a quota's own refusal comes back as ``Refused`` (level -1: not a level of the path,
-    nothing stopped)."""
-    need = quota_need(amounts)
+    """Top up the short grant and send ``request`` again (as often as the tree has
+    buckets); a quota's own refusal comes back as ``Refused`` (level -1: not a level of
+    the path, nothing stopped)."""
+    path = request.path
+    need = quota_need(request.amounts)
     result: Held | Refused | Replayed = refused
     for _ in range(2 * MAX_STEPS):
         if not grant_short(result):
@@ -45,7 +44,7 @@ def refill_and_reserve(path: Path, call_id: str, amounts: Sequence[str | int], k
         refill = yield TopUp(path, result.detail, need)
         if not refill.again:
             return Refused(-1, refill.reason, refill.detail, False, result.now_ms)
-        result = yield Reserve(path, call_id, amounts, keyed)
+        result = yield request
     if grant_short(result):  # the grant keeps being taken elsewhere: refuse this call
         assert isinstance(result, Refused)
         return Refused(-1, "quota_exceeded", f"quota grant {result.detail}: could not be "

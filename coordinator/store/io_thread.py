@@ -124,7 +124,7 @@ class IOThread:
         if not items:
             return
         requests = [item.request for item in items]
-        ops = [store.reserve_op(r.path, r.reservation_id, r.amounts, r.keyed)
+        ops = [store.reserve_op(r.path, r.reservation_id, r.amounts, r.keyed, r.terms)
                for r in requests if isinstance(r, Reserve)]
         try:
             # a lost connection is replaced and the reserves sent again, but a timeout is

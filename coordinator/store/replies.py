@@ -22,6 +22,8 @@ class Held:
     now_ms: int
     expired: list[tuple[str, ReservationRecord]]
     """Reservations of this tree whose lease expired: (reservation id, record)."""
+    rung: int = 0
+    """The model ladder's rung it holds (1: the requested model), 0 without a ladder."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def decode_reserve(reply: list[Any]) -> Held | Refused | Replayed:
     if reply[0] == ReserveCode.REPLAYED:
         return Replayed(str(reply[2]), int(reply[1]))
     if reply[0] == ReserveCode.HELD:
-        return Held(int(reply[1]), _expired(reply, 2))
+        return Held(int(reply[1]), _expired(reply, 3), int(reply[2]))
     return Refused(int(reply[1]) - 1, str(reply[2]), str(reply[3]), bool(reply[4]),
                    int(reply[5]), _expired(reply, 6))
 

@@ -23,6 +23,23 @@ Expired = Sequence[tuple[str, ReservationRecord]]
 
 
 @dataclass(frozen=True)
+class EdgeTerms:
+    """How a reserve meets the edge of a budget (reserve.lua, docs/degrade.md)."""
+
+    final: bool = False
+    """The call may spend the final reserves of its levels."""
+    rungs: tuple[str | int, ...] = ()
+    """Its model ladder, the requested model first: (model, worst case in micro-USD, ...);
+    empty when the call names no ladder."""
+    below_ppm: int = 0
+    """The ladder's threshold in parts per million of a ceiling."""
+
+
+PLAIN = EdgeTerms()
+"""An ordinary call without a ladder."""
+
+
+@dataclass(frozen=True)
 class Reserve:
     """Hold ``amounts`` at every level of ``path`` (:meth:`Store.reserve`). Reply:
     ``Held``, ``Refused`` or ``Replayed``."""
@@ -33,6 +50,7 @@ class Reserve:
     keyed: bool
     resend: bool = True
     """Sent once more if the first attempt got no answer (the call has time for it)."""
+    terms: EdgeTerms = PLAIN
     waits: ClassVar[bool] = True
 
 

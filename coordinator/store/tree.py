@@ -47,6 +47,7 @@ from .replies import (
     decode_stops,
     note_finish,
 )
+from .requests import PLAIN, EdgeTerms
 from .resend import run_resending
 from .scripts import Scripts
 from .state_check import readable
@@ -125,14 +126,16 @@ class Store:
                             fields=fields)
 
     def reserve(self, path: Path, reservation_id: str, amounts: Sequence[str | int], *,
-                keyed: bool = False, resend: bool = True) -> Held | Refused | Replayed:
+                keyed: bool = False, resend: bool = True, terms: EdgeTerms = PLAIN
+                ) -> Held | Refused | Replayed:
         """Hold ``amounts`` at every level of ``path`` (one round trip, which also carries
         the queued writes). ``keyed``: the id is a keyed call id whose outcome is kept, so
         a replay of a finished call is recognised. ``resend``: sent once more when the
-        first got no answer (store/resend.py)."""
+        first got no answer (store/resend.py). ``terms``: the final reserve and the model
+        ladder (reserve.lua)."""
         try:
             reply = run_resending(self.wire, self.reserve_op(path, reservation_id, amounts,
-                                                              keyed), resend=resend)
+                                                              keyed, terms), resend=resend)
         except UNAVAILABLE:
             self.unheard(path, reservation_id, keyed)
             raise
@@ -147,11 +150,12 @@ class Store:
                                             (), notify=False))
 
     def reserve_op(self, path: Path, reservation_id: str, amounts: Sequence[str | int],
-                   keyed: bool) -> Op:
+                   keyed: bool, terms: EdgeTerms = PLAIN) -> Op:
         """The op of :meth:`reserve` (an I/O thread sends several in one round trip)."""
         return Op(RESERVE.script, list(self._reserve_keys(path)), RESERVE.arg_list(
             reservation_id=reservation_id, lease_ms=self.lease_ms, path=",".join(path.ids),
-            abort_channel=self.ks.abort_channel, keyed=keyed, amounts=amounts))
+            abort_channel=self.ks.abort_channel, keyed=keyed, final=terms.final,
+            below=terms.below_ppm, rungs=terms.rungs, amounts=amounts))
 
     def reserved(self, path: Path, reservation_id: str, reply: list[Any]
                  ) -> Held | Refused | Replayed:
