@@ -31,6 +31,7 @@ from .models_config import (
 from .models_records import (
     ActiveLimits,
     BudgetWarning,
+    CallInfo,
     ContextSnapshot,
     Decision,
     NodeKind,
@@ -42,8 +43,8 @@ from .models_records import (
 
 __all__ = [
     "MAX_COUNT", "MAX_LABEL", "MAX_TIMEOUT_MS", "MAX_USD", "ActiveLimits", "BudgetWarning",
-    "ChainMetadata", "ContextSnapshot", "Decision", "Degrade", "ExecutionConfig", "LeasePolicy",
-    "NodeKind", "NodeRecord", "NodeStatus", "SafetyEvent", "TokenBudget", "TokenTotals",
-    "WrapOptions", "_Frozen", "check_count", "check_slug", "check_usd", "in_range",
-    "validate_deadline",
+    "CallInfo", "ChainMetadata", "ContextSnapshot", "Decision", "Degrade", "ExecutionConfig",
+    "LeasePolicy", "NodeKind", "NodeRecord", "NodeStatus", "SafetyEvent", "TokenBudget",
+    "TokenTotals", "WrapOptions", "_Frozen", "check_count", "check_slug", "check_usd",
+    "in_range", "validate_deadline",
 ]

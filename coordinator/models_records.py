@@ -276,3 +276,21 @@ class BudgetWarning(_Frozen):
     """USD left under the level's ceiling when it was reached (None: no USD ceiling)."""
     remaining_steps: int | None = None
     """Steps left under the level's ceiling then (None: no step ceiling)."""
+
+
+class CallInfo(_Frozen):
+    """The wrapped call running here, as ``current_call()`` reads it."""
+
+    call_id: str
+    """Its id (its node's id)."""
+    kind: str
+    """``llm`` or ``tool``."""
+    model: str | None
+    """The model it runs on: the one its model ladder chose (docs/degrade.md), else the
+    one ``WrapOptions.model`` named. A hand-wrapped call sends this one."""
+    requested_model: str | None
+    """The model ``WrapOptions.model`` named."""
+    degraded: bool
+    """Whether the ladder chose a model other than the requested one."""
+    final: bool
+    """Whether it may spend the final reserve (``WrapOptions.final``, ``finishing()``)."""
