@@ -10,7 +10,9 @@ from contextvars import ContextVar
 
 from ..core import pricing
 from ..core.amounts import usd_to_micro
-from ..models import WrapOptions
+from ..core.charging_rules import ChargingPolicy
+from ..errors import InvalidConfigError
+from ..models import Degrade, WrapOptions
 from ..models_degrade import to_ppm
 from ..store.requests import PLAIN, EdgeTerms
 from .state import ContextState
@@ -63,3 +65,19 @@ def chosen_rung(terms: EdgeTerms, rung: int) -> tuple[str, int] | None:
         return None
     model, amount = terms.rungs[2 * rung - 2], terms.rungs[2 * rung - 1]
     return str(model), int(amount)
+
+
+def check_ladder(degrade: Degrade, charging: ChargingPolicy) -> None:
+    """Refuse a ladder naming a model without a price (InvalidConfigError): every
+    fallback must be priced for its worst case to be known, and under
+    ``pricing="strict"`` the requested models too."""
+    problems = []
+    for model, fallbacks in degrade.ladder.items():
+        named = (model, *fallbacks) if charging.pricing == "strict" else fallbacks
+        for rung in named:
+            if pricing.model_price(rung) is None:
+                problems.append({"loc": ("ladder", model), "input": rung,
+                                 "msg": f"model {rung!r} has no price: set_price() it "
+                                        f"first"})
+    if problems:
+        raise InvalidConfigError("Degrade", problems)

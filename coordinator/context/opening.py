@@ -25,6 +25,7 @@ from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline
 from ..store.errors import UNAVAILABLE
 from ..store.health import BackendDown
+from .edge import check_ladder
 from .state import ContextState, PendingOpen
 
 log = logging.getLogger("coordinator")
@@ -48,6 +49,8 @@ def open_state(coord: Coordinator, plan: OpenPlan, pipeline: ShieldPipeline | No
         check_type("pipeline", pipeline, ShieldPipeline)
     if metadata is not None:
         check_type("metadata", metadata, ChainMetadata)
+    if plan.config.degrade is not None:
+        check_ladder(plan.config.degrade, coord.charging)
     if metadata is None:
         base = parent.metadata if parent is not None else None
         ctx_id = uuid.uuid4().hex
