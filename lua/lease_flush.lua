@@ -38,7 +38,7 @@
 -- the batch was already applied; {3, level, 'state_corrupt', detail} when a counter on
 -- the path is corrupt (lib/finish.lua finish): nothing was charged, the slice stays held.
 --
--- uses: numbers, common, stops, levels, ledger, quota, finish, records, calls_counted
+-- uses: numbers, common, stops, levels, ledger, quota, warnings, finish, records, calls_counted
 
 local returned = 'r:' .. slice_id  -- in the finished ids once the slice was given back
 if slice_id ~= '' and redis.call('ZSCORE', fin, returned) then

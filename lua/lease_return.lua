@@ -28,7 +28,7 @@
 -- Returns 1 when the slice was reclaimed, 0 when it was already gone (or a counter on its
 -- path is corrupt: lib/finish.lua finish stops that level and the slice stays held).
 --
--- uses: numbers, common, stops, levels, ledger, quota, finish
+-- uses: numbers, common, stops, levels, ledger, quota, warnings, finish
 
 local raw = redis.call('HGET', res, slice_id)
 if not raw then

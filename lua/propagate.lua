@@ -25,7 +25,7 @@
 -- the level stopped); {1, level, reason, detail, ...} otherwise, with the levels this
 -- charge stopped.
 --
--- uses: numbers, common, reservations, stops, levels, ledger, quota, finish
+-- uses: numbers, common, reservations, stops, levels, ledger, quota, warnings, finish
 
 local ids = split(path)
 for lv = 1, #ids do

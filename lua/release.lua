@@ -35,8 +35,8 @@
 --         {4, ...} never held here, charged to the path; {5} nor its path, recorded;
 --         {3, level, 'state_corrupt', detail} nothing charged, the reservation kept.
 --
--- uses: numbers, common, reservations, stops, levels, ledger, quota, finish, finished_ids,
--- uses: records, calls_counted, close_reservation
+-- uses: numbers, common, reservations, stops, levels, ledger, quota, warnings, finish,
+-- uses: finished_ids, records, calls_counted, close_reservation
 
 return close_reservation(outcome, false, outcome == FinishOutcome.ERROR, {res = res, leases = leases, nodes = nodes, ledger = ledger, levels = levels,
   fin = fin, done = done, bymodel = bymodel},

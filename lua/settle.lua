@@ -39,8 +39,8 @@
 --         {3, level, 'state_corrupt', detail} when a counter on the path is corrupt:
 --         nothing charged, the reservation stays held, the level is stopped.
 --
--- uses: numbers, common, reservations, stops, levels, ledger, quota, finish, finished_ids,
--- uses: records, calls_counted, close_reservation
+-- uses: numbers, common, reservations, stops, levels, ledger, quota, warnings, finish,
+-- uses: finished_ids, records, calls_counted, close_reservation
 
 return close_reservation(FinishOutcome.OK, true, false, {res = res, leases = leases, nodes = nodes, ledger = ledger, levels = levels,
   fin = fin, done = done, bymodel = bymodel},

@@ -1,10 +1,12 @@
 -- finish.lua: a reservation finished at every level of its path (finish): settle, release,
 -- propagate and the lease scripts charge through it.
--- needs: numbers, stops, levels, ledger, quota
+-- needs: numbers, stops, levels, ledger, quota, warnings
 
 -- Finishes a reservation at every level of its path: drops the holds, adds the actual
 -- amounts (actual = flat {dim, amount, ...}), counts the step (ok) or the retry (error),
 -- then stops each level that reached a ceiling (a token total: its two directions).
+-- A level whose spend or steps reached a warn_at threshold not warned of yet records and
+-- broadcasts its budget_warning (lib/warnings.lua), before any stop of that level.
 -- Every level is read and checked before anything is written: a corrupt counter (used or
 -- held, which the finish must add to) makes it change nothing but stop that level
 -- (state_corrupt); a corrupt limit still takes the charge and stops its level.
@@ -48,7 +50,8 @@ local function finish(rec, levels, actual, step, retry, channel, now, ledger_key
   local totals = token_totals(dims)
   for _, t in ipairs(totals) do touch(t[2]); touch(t[3]) end
 
-  local shape = level_shape({}, dims, totals)
+  local head, warn_dims = warn_head(dims, dused)
+  local shape = level_shape(head, dims, totals)
   local fields = shape.fields
   local count_at = nil
   if count then
@@ -99,7 +102,8 @@ local function finish(rec, levels, actual, step, retry, channel, now, ledger_key
     if bad then broken[#broken + 1] = {lv, bad} end
     if lv == #rec.p then caller_used = used end
     plan[lv] = {key = key, events = levels[lv].events, set = set, hit = hit,
-                calls = count_at and level[count_at]}
+                calls = count_at and level[count_at],
+                warns = warn_plan(level, shape, warn_dims, used, set)}
   end
   if bad_record then broken[#broken + 1] = {#rec.p, bad_record} end
   local stopped = {}
@@ -123,6 +127,9 @@ local function finish(rec, levels, actual, step, retry, channel, now, ledger_key
       p.set[#p.set + 1] = p.calls + 1
     end
     if #p.set > 0 then redis.call('HSET', p.key, unpack(p.set)) end
+    for _, w in ipairs(p.warns or {}) do
+      warn_level(p.key, p.events, rec.p[lv], root, channel, w[1], w[2], now)
+    end
     if p.hit then stop(lv, p.hit[1], p.hit[2]) end
   end
   ledger_update(rec, totals, dused, caller_used, now, ledger_key, ledger_channel)

@@ -30,10 +30,10 @@ local function token_totals(dims)
 end
 
 -- How levels are read by read_level: the fields of one HMGET. head: named fields read
--- first ('status' as stored, any other a number, 0 when absent); then l:, u:, h: of each
--- dimension of dims; then the limit of each token total of totals (token_totals: both
--- its directions must be among dims). slot[d]: where dimension d's numbers are in a level
--- read with this shape ({limit, used, held}) and its u: and h: fields (used_field,
+-- first ('status' and 'wa' as stored, any other a number, 0 when absent); then l:, u:, h:
+-- of each dimension of dims; then the limit of each token total of totals (token_totals:
+-- both its directions must be among dims). slot[d]: where dimension d's numbers are in a
+-- level read with this shape ({limit, used, held}) and its u: and h: fields (used_field,
 -- held_field, for the caller's HSET); total_slot[i]: where the limit of totals[i] is;
 -- limit_at[i]: true when fields[i] is a limit (absent: no limit, where a counter is 0).
 local function level_shape(head, dims, totals)
@@ -83,7 +83,11 @@ local function read_level(key, shape)
   local level = redis.call('HMGET', key, unpack(fields))
   local head = shape.head
   for i, f in ipairs(head) do
-    if f == 'status' then level.status = level[i] else level[f] = level_num(level, fields, i, 0) end
+    if f == 'status' or f == 'wa' then
+      level[f] = level[i]
+    else
+      level[f] = level_num(level, fields, i, 0)
+    end
   end
   for i = #head + 1, #fields do
     if limit_at[i] then

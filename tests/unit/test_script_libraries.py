@@ -76,9 +76,9 @@ def test_a_script_carries_only_libraries_it_calls(script: str) -> None:
 
 
 def test_the_loader_orders_libraries_by_their_needs_and_refuses_a_missing_one() -> None:
-    assert library_order(["finish", "quota", "ledger", "levels", "stops", "common",
-                          "numbers"]) == ["numbers", "common", "stops", "levels", "ledger",
-                                          "quota", "finish"]
+    assert library_order(["finish", "warnings", "quota", "ledger", "levels", "stops",
+                          "common", "numbers"]) == ["numbers", "common", "stops", "levels",
+                                                    "ledger", "quota", "warnings", "finish"]
     with pytest.raises(ValueError, match="needs numbers"):
         library_order(["levels"])
 
