@@ -84,10 +84,10 @@ class Exchange:
     def start_stream(self) -> None:
         """Meter the events of a streamed response into the call's usage."""
         assert self.call is not None
-        plan = self.plan
-        self.meter = ChunkMeter(plan.input_tokens, estimate_tokens, plan.provider, plan.model)
+        plan, model = self.plan, self.call.model  # (the model its ladder chose)
+        self.meter = ChunkMeter(plan.input_tokens, estimate_tokens, plan.provider, model)
         self.sink = self.call.collector.meter()
-        self.price = pricing.model_price(plan.model, plan.provider)  # looked up once
+        self.price = pricing.model_price(model, plan.provider)  # looked up once
         self.held_usd = self.call.held.get("usd", 0) if self.price is not None else 0
 
     def observe(self, data: Any) -> bool:

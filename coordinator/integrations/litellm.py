@@ -1,10 +1,12 @@
 """LiteLLM in-process (extra ``litellm``): ``completion``/``acompletion`` that run
 ``litellm.completion``/``acompletion`` as a wrapped call of the current context, reserved
-from the arguments (model price, input size, output limit) and settled from the response
-(LiteLLM's ``response_cost`` where it states one, else its usage priced). Any provider
-LiteLLM reaches is covered; a refusal raises ``BudgetExceededError`` before LiteLLM is
-called (LiteLLM maps the exceptions its providers raise, so a refusal raised under it, by
-the transport, would reach the caller as a provider error)."""
+from the arguments (model price, input size, output limit), run on the model the
+context's ladder chose (docs/degrade.md; the ladder names models as the call does:
+``openai/gpt-4o``) and settled from the response (LiteLLM's ``response_cost`` where it
+states one, else its usage priced). Any provider LiteLLM reaches is covered; a refusal
+raises ``BudgetExceededError`` before LiteLLM is called (LiteLLM maps the exceptions its
+providers raise, so a refusal raised under it, by the transport, would reach the caller
+as a provider error)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 import litellm
 
+from ..context.call import active_call
 from ..context.execution import ExecutionContext
 from ..context.wrap import run_async, run_sync
 from ..models import WrapOptions
@@ -29,6 +32,15 @@ def _options(kwargs: dict[str, Any], default_output_tokens: int | None) -> WrapO
     return plan.options()
 
 
+def _chosen(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` naming the model the running call's ladder chose, if another."""
+    call = active_call.get()
+    model = call.model if call is not None else None
+    if model is None or model == kwargs.get("model"):
+        return kwargs
+    return {**kwargs, "model": model}
+
+
 def completion(*, context: ExecutionContext | None = None,
                default_output_tokens: int | None = None, **kwargs: Any) -> Any:
     """``litellm.completion(**kwargs)`` as a wrapped LLM call of ``context`` (default: the
@@ -37,7 +49,7 @@ def completion(*, context: ExecutionContext | None = None,
     ctx = parent_context("litellm", context)
     options = _options(kwargs, default_output_tokens)
     return result_of(ctx, run_sync(ctx._state, ctx, "llm",
-                                   lambda: litellm.completion(**kwargs), options))
+                                   lambda: litellm.completion(**_chosen(kwargs)), options))
 
 
 async def acompletion(*, context: ExecutionContext | None = None,
@@ -46,4 +58,5 @@ async def acompletion(*, context: ExecutionContext | None = None,
     ctx = parent_context("litellm", context)
     options = _options(kwargs, default_output_tokens)
     return result_of(ctx, await run_async(ctx._state, ctx, "llm",
-                                          lambda: litellm.acompletion(**kwargs), options))
+                                          lambda: litellm.acompletion(**_chosen(kwargs)),
+                                          options))

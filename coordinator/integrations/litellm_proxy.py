@@ -1,10 +1,12 @@
 """The LiteLLM proxy's hook (extra ``litellm-proxy``): a proxy enforces a tree's ceiling
 from each request's ``budget-context`` header. ``async_pre_call_hook`` attaches the
-context and reserves the request's worst case; a refusal raises the proxy's own error (HTTP 402,
-``type`` the stop reason), which the proxy answers before it
-calls any provider (an exception raised from a logger's pre-call *logging* would be
-swallowed). The post-call hooks settle the call from the response's usage (a stream's
-chunks metered as they pass, cut at what the call holds) or as a failure.
+context and reserves the request's worst case, renaming the request's model to the one
+its context's ladder chose (docs/degrade.md; the ladder names the proxy's model names); a
+refusal raises the proxy's own error (HTTP 402, ``type`` the stop reason), which the proxy
+answers before it calls any provider (an exception raised from a logger's pre-call
+*logging* would be swallowed). The post-call hooks settle the call from the response's
+usage (a stream's chunks metered as they pass, cut at what the call holds) or as a
+failure.
 
 Name the instance in the proxy's ``config.yaml``:
 ``litellm_settings: {callbacks: coordinator.integrations.litellm_proxy.budget_hook}``."""
@@ -68,6 +70,8 @@ class BudgetProxyHook(CustomLogger):
             snapshot = await anyio.to_thread.run_sync(ctx.get_snapshot)
             await anyio.to_thread.run_sync(finish, ctx)
             raise _refused(ex.refusal(started, snapshot))
+        if started.model is not None and started.model != ex.plan.model:
+            data["model"] = _renamed(str(data.get("model") or ""), started.model)
         call_id = uuid.uuid4().hex
         self.open[call_id] = ex
         _metadata(data)[_KEY] = call_id
@@ -125,6 +129,13 @@ class BudgetProxyHook(CustomLogger):
             if not ex.finished:
                 await _run(ex, ex.complete(None))
             await anyio.to_thread.run_sync(finish, ex.ctx)
+
+
+def _renamed(model: str, chosen: str) -> str:
+    """The proxy model name of ``chosen`` (what the ladder chose for ``model``), with
+    ``model``'s provider prefix when it has one (as ``_plan`` read it without)."""
+    prefix, _, rest = model.partition("/")
+    return f"{prefix}/{chosen}" if rest and prefix.isidentifier() else chosen
 
 
 def _header_values(data: dict[str, Any]) -> list[str]:

@@ -1,5 +1,6 @@
 """What the sync and async transports share before and after the I/O: the settings, the
-request rewritten for budgeting (usage asked of a stream, no compression of a stream),
+request rewritten for budgeting (usage asked of a stream, no compression of a stream, the
+model its ladder chose),
 the context a request runs in, a response body decoded for its usage."""
 
 from __future__ import annotations
@@ -71,6 +72,20 @@ def prepare(request: httpx2.Request, settings: TransportSettings
     rebuilt = httpx2.Request(request.method, request.url, headers=headers, content=body,
                              extensions=request.extensions)
     return plan, rebuilt
+
+
+def with_model(request: httpx2.Request, plan: RequestPlan, model: str | None
+               ) -> httpx2.Request:
+    """The request to send for a call that runs on ``model`` (what its model ladder
+    chose, docs/degrade.md): ``request`` itself when its body names that model, else
+    the same request with ``model`` in its JSON body."""
+    if model is None or model == plan.model:
+        return request
+    headers = [(k, v) for k, v in request.headers.multi_items()
+               if k.lower() != "content-length"]
+    body = json.dumps({**plan.body, "model": model}, separators=(",", ":")).encode()
+    return httpx2.Request(request.method, request.url, headers=headers, content=body,
+                          extensions=request.extensions)
 
 
 def is_event_stream(response: httpx2.Response) -> bool:

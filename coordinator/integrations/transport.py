@@ -2,11 +2,13 @@
 # `python -m tests.support.unasync`.
 """``BudgetTransport``: an ``httpx2`` transport that budgets every request to a known
 LLM endpoint. Each request is one wrapped call: reserved from its body before a byte is
-sent, settled from its response's usage, a stream metered event by event and cut at what
-the call holds, an abort shutting its connection down (also while it waits for the
-response's headers). Any other request passes through untouched. The call's steps are
-driven by ``run_steps`` and the request is sent by ``send_request`` (transport_io.py).
-transport.py is generated from async_transport.py (tests/support/unasync.py)."""
+sent, sent on the model its ladder chose (docs/degrade.md: the body's ``model`` rewritten
+when that is another), settled from its response's usage, a stream metered event by event
+and cut at what the call holds, an abort shutting its connection down (also while it
+waits for the response's headers). Any other request passes through untouched. The
+call's steps are driven by ``run_steps`` and the request is sent by ``send_request``
+(transport_io.py). transport.py is generated from async_transport.py
+(tests/support/unasync.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from ..context.execution import ExecutionContext
 from ..models import Decision
 from .errors import BudgetExceededError
 from .exchange import Exchange, ProviderError, cut_connection
-from .prepare import TransportSettings, is_event_stream, parse_body, rebuilt_response
+from .prepare import TransportSettings, is_event_stream, parse_body, rebuilt_response, with_model
 from .sse import EventSplitter
 from .transport_io import exchange_for, run_steps, send_request
 
@@ -48,6 +50,7 @@ class BudgetTransport(httpx2.BaseTransport):
         started = run_steps(ex, ex.begin())
         if isinstance(started, Outcome):
             raise ex.refusal(started, _snapshot(ctx))
+        request = with_model(request, ex.plan, started.model)  # the ladder's choice
         response = send_request(ex, self.inner, request, _failed)
         if response.status_code >= 400 or not (ex.plan.stream and is_event_stream(response)):
             raw = _read(ex, response)
