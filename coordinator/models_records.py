@@ -235,6 +235,9 @@ class ContextSnapshot(_Frozen):
     """The reason of the latest refusal here."""
     unreported_calls: int = 0
     """This context's LLM calls charged the floor for reporting nothing."""
+    degraded_calls: int = 0
+    """Calls its model ladder ran on a cheaper model than they asked for, subtree
+    included (each node's ``degraded_from``; docs/degrade.md)."""
 
     @property
     def calls_run(self) -> int:

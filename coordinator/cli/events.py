@@ -1,6 +1,7 @@
 """The events of a tree that ``budgetctl tree`` lists under it: what operators did to it
-(OPERATOR_EVENTS; the stops themselves are on each context's line), among the newest
-SafetyEvents of every context read as the dashboard's tree page reads them
+(OPERATOR_EVENTS) and what the budget's edge did (EDGE_EVENTS: a call run on a cheaper
+model, a warning threshold reached; the stops themselves are on each context's line),
+among the newest SafetyEvents of every context read as the dashboard's tree page reads them
 (store/recent_entries.py), a run of the same event folded into one line, a
 ``limits_changed`` said as who changed which limit from what to what and why."""
 
@@ -13,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..core.limit_text import limit_text
+from ..core.vocabulary import EdgeEvent
 from ..models_limits import LimitChange
 from ..runtime.coordinator import Coordinator
 from ..store.recent_entries import newest_entries
@@ -21,10 +23,13 @@ _ORDER = {"usd": 0, "steps": 1, "retries": 2}
 """How set_limits takes the limits; token limits after them, by name."""
 OPERATOR_EVENTS = ("limits_changed", "operator_abort", "state_repaired")
 """The events listed (and any ``approval_*`` one): an operator's changes."""
+EDGE_EVENTS = tuple(e.value for e in EdgeEvent)
+"""Listed too: ``degraded`` (once per context and pair of models) and ``budget_warning``
+(once per level and threshold); their reason says what happened."""
 MAX_READ = 200
 """Events read, the newest of the whole tree (stops and refusals among them)."""
 MAX_SHOWN = 10
-"""Operator events listed at most, newest first."""
+"""Events listed at most, newest first."""
 
 
 @dataclass
@@ -43,7 +48,7 @@ class EventLine:
 
     def line(self) -> str:
         """``2026-11-28T11:02:03Z  <ctx>  limits_changed  by olga: ...`` (``x3``: repeats)."""
-        when = _iso(self.ts_ms) or "-"
+        when = iso_second(self.ts_ms) or "-"
         times = f" (x{self.count})" if self.count > 1 else ""
         return f"{when}  {self.context}  {self.event_type}{times}  {self.text}"
 
@@ -54,23 +59,25 @@ class EventLine:
 
 
 def read_events(coord: Coordinator, root: str, ctx_ids: Iterable[str]) -> list[EventLine]:
-    """The operator events among the MAX_READ newest events of the contexts ``ctx_ids``
-    of tree ``root``, newest first, repeats folded (two round trips, as the tree page)."""
+    """The operator and edge events among the MAX_READ newest events of the contexts
+    ``ctx_ids`` of tree ``root``, newest first, repeats folded (two round trips, as the
+    tree page)."""
     views = coord.views
     lists = [(cid, views.ks.events(root, cid)) for cid in ctx_ids]
     lines = [event_line(cid, text) for cid, text in
              newest_entries(views.client, lists, MAX_READ)]
-    return fold([e for e in lines if e.event_type in OPERATOR_EVENTS
+    return fold([e for e in lines if e.event_type in (*OPERATOR_EVENTS, *EDGE_EVENTS)
                  or e.event_type.startswith("approval")])[:MAX_SHOWN]
 
 
 def fold(events: list[EventLine]) -> list[EventLine]:
-    """Each run of the same event (type, decision, text) in a row as one line, its newest."""
+    """Each run of the same event of one context (type, decision, text) in a row as one
+    line, its newest."""
     out: list[EventLine] = []
     for e in events:
         last = out[-1] if out else None
-        if last is not None and (last.event_type, last.decision, last.text) == (
-                e.event_type, e.decision, e.text):
+        if last is not None and (last.context, last.event_type, last.decision, last.text) == (
+                e.context, e.event_type, e.decision, e.text):
             last.count += 1
         else:
             out.append(e)
@@ -135,7 +142,8 @@ def _ms(ts: object) -> int | None:
     return None
 
 
-def _iso(ms: int | None) -> str | None:
+def iso_second(ms: int | None) -> str | None:
+    """``2026-11-28T11:02:03Z`` (None: no time)."""
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

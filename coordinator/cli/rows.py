@@ -105,6 +105,8 @@ class Row:
     last_refusal: str | None = None
     waiting: Waiting | None = None
     """The tree's wait for approval (a root's row only): a call waits for an operator."""
+    degraded: int = 0
+    """Calls its model ladder ran on a cheaper model, subtree included (``nd``)."""
 
     @property
     def fraction(self) -> float:
@@ -147,7 +149,8 @@ class Row:
             "limit_usd": self.limit / 1e6, "fraction": round(self.fraction, 6),
             "calls": self.calls, "calls_refused": self.refused,
             "call_outcomes": dict(self.outcomes), "refusals": dict(self.refusals),
-            "last_refusal": self.last_refusal, "created_ms": self.created_ms,
+            "last_refusal": self.last_refusal, "degraded_calls": self.degraded,
+            "created_ms": self.created_ms,
             "age_s": max(0, now_ms - self.created_ms) // 1000 if self.created_ms else None,
             "waiting_for_approval": self.waiting.as_json() if self.waiting else None,
         }
@@ -191,7 +194,8 @@ def row(cid: str, h: dict[str, str], above: Stop | None, now_ms: int) -> Row:
     # calls run, subtree included (a tree written before they were counted: its steps)
     return Row(cid, name, h.get("status", "?"), _int(h, "u:usd"), _int(h, "h:usd"),
                _int(h, "l:usd"), max(runs, _int(h, "u:steps")), _int(h, "created_ms"), stop,
-               outcomes, counts["refusals"], counts["last_refusal"], waiting_of(h, now_ms))
+               outcomes, counts["refusals"], counts["last_refusal"], waiting_of(h, now_ms),
+               counts["degraded_calls"])
 
 
 @dataclass

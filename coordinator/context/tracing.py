@@ -87,7 +87,9 @@ def in_span(span: Any) -> AbstractContextManager[Any]:
 def end_span(span: Any, state: ContextState, *, decision: str, reason: str | None,
              settled: Mapping[str, Any] | None, error: BaseException | None = None) -> None:
     """Finish the span with how the call ended: the decision, the stop reason, the usage
-    and cost charged (``settled``: the call's node record), the USD left at the root."""
+    and cost charged (``settled``: the call's node record), the model that ran (with
+    ``budget.degraded_from`` when its ladder chose a cheaper one), the USD left at the
+    root."""
     if span is None:
         return
     try:
@@ -102,6 +104,8 @@ def end_span(span: Any, state: ContextState, *, decision: str, reason: str | Non
                 attrs["gen_ai.response.model"] = settled["model"]
             if settled.get("provider"):
                 attrs["gen_ai.provider.name"] = settled["provider"]
+            if settled.get("degraded_from") and settled.get("model"):
+                _degraded(span, attrs, settled["model"], settled["degraded_from"])
         remaining = _remaining_at_root(state) if decision == "ALLOW" else None
         if remaining is not None:
             attrs["budget.remaining_usd_at_root"] = remaining
@@ -113,6 +117,17 @@ def end_span(span: Any, state: ContextState, *, decision: str, reason: str | Non
             span.set_status(otel.Status(otel.StatusCode.ERROR, reason or decision))
     finally:
         span.end()
+
+
+def _degraded(span: Any, attrs: dict[str, Any], model: str, asked: str) -> None:
+    """A call its model ladder ran on ``model`` instead of ``asked``: the request sent
+    named the model that ran (and so does the span's name), ``budget.degraded_from`` the
+    one asked for."""
+    attrs["budget.degraded_from"] = asked
+    attrs["gen_ai.request.model"] = model
+    name = getattr(span, "name", None)
+    if isinstance(name, str) and name.endswith(f" {asked}"):
+        span.update_name(f"{name[:-len(asked)]}{model}")
 
 
 def _remaining_at_root(state: ContextState) -> float | None:

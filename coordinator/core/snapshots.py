@@ -134,15 +134,16 @@ CALL_OUTCOMES = tuple(c.value for c in CallCount)
 
 def call_counts(h: dict[str, str]) -> dict[str, Any]:
     """The snapshot fields of the call counts on a context's hash: ``calls`` by outcome,
-    ``refusals`` by reason, ``last_refusal``, ``unreported_calls`` (absent fields are 0;
-    an unreadable count reads 0, as the counters' views do)."""
+    ``refusals`` by reason, ``last_refusal``, ``unreported_calls``, ``degraded_calls``
+    (``nd``, subtree included; absent fields are 0; an unreadable count reads 0, as the
+    counters' views do)."""
     def num(field: str) -> int:
         value = h.get(field) or "0"
         return int(value) if value.isdigit() else 0
     calls = {k: n for k in CALL_OUTCOMES if (n := num(f"n:{k}"))}
     refusals = {f[3:]: n for f in h if f.startswith("nr:") and (n := num(f))}
     return {"calls": calls, "refusals": refusals, "last_refusal": h.get("nr_last") or None,
-            "unreported_calls": num("n:unreported")}
+            "unreported_calls": num("n:unreported"), "degraded_calls": num("nd")}
 
 
 def dim_name(dim: str) -> str:

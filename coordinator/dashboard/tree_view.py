@@ -53,6 +53,7 @@ def tree_view(read: TreeRead, focus: str, rate: float,
                                                if k != CallCount.REFUSED))
         data["refused_text"] = refusal_text(outcomes.get(CallCount.REFUSED, 0), counts["refusals"],
                                             counts["last_refusal"])
+        data["degraded_calls"] = counts["degraded_calls"]
         data["tokens_by_provider"] = _tokens_by_provider(h)
         data["task"] = _task_of(h.get("meta"))
         data["open"] = row.depth < OPEN_DEPTH or cid in on_path
@@ -142,6 +143,7 @@ def _node(ctx_id: str, text: str) -> dict[str, Any]:
     return {"context": ctx_id, "node_id": n.get("node_id"), "kind": n.get("kind"),
             "refused": n.get("stop_reason") or None,
             "operation": n.get("operation_name") or "", "model": n.get("model"),
+            "degraded_from": n.get("degraded_from") or None,
             "provider": n.get("provider"), "cost_usd": n.get("cost_usd", 0.0),
             "input_tokens": n.get("input_tokens", 0), "output_tokens": n.get("output_tokens", 0),
             "duration_ms": duration, "status": n.get("status"),

@@ -128,7 +128,8 @@ def test_json_shapes(coord: Coordinator, redis_url: str, capsys: Capture) -> Non
         2, 1, 1, "spend")
     tree_keys = {"id", "name", "status", "halted", "stop", "spent_usd", "reserved_usd",
                  "limit_usd", "fraction", "calls", "calls_refused", "call_outcomes",
-                 "refusals", "last_refusal", "created_ms", "age_s", "waiting_for_approval"}
+                 "refusals", "last_refusal", "degraded_calls", "created_ms", "age_s",
+                 "waiting_for_approval"}
     (first,) = top["trees"]
     assert set(first) == tree_keys | {"usd_per_min"}
     assert (first["id"], first["name"], first["spent_usd"], first["limit_usd"],
@@ -137,7 +138,7 @@ def test_json_shapes(coord: Coordinator, redis_url: str, capsys: Capture) -> Non
     run.abort("budget review")
     code, out, _ = budgetctl(capsys, redis_url, "tree", "j1", "--json")
     doc = json.loads(out)
-    assert code == 0 and set(doc) == {"read_at_ms", "tree", "events"}
+    assert code == 0 and set(doc) == {"read_at_ms", "tree", "recent_calls", "events"}
     root = doc["tree"]
     assert set(root) == tree_keys | {"children", "more_children"}
     assert root["stop"]["reason"] == "aborted" and root["stop"]["detail"] == "budget review"
@@ -243,7 +244,7 @@ def test_calls_are_counted_in_words_and_amounts_in_dollars(
     reason = two.get_snapshot().events[-1].reason
     assert reason == "usd needs $0.04, $0.03 of $0.05 left ($0.00 held by calls in flight)"
 
-    code, out, _ = budgetctl(capsys, redis_url, "tree", "plural")
+    code, out, _ = budgetctl(capsys, redis_url, "tree", "plural", "--calls", "0")
     assert code == 0
     calls = [re.search(r"(\d+ calls?)", line).group(1)  # type: ignore[union-attr]
              for line in out.splitlines()]

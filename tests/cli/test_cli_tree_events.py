@@ -47,7 +47,7 @@ def test_tree_shows_a_limits_change_and_the_stop(coord: Coordinator, redis_url: 
 
     code, out, _ = budgetctl(capsys, redis_url, "tree", "events-tree", "--json")
     doc = json.loads(out)
-    assert code == 0 and set(doc) == {"read_at_ms", "tree", "events"}
+    assert code == 0 and set(doc) == {"read_at_ms", "tree", "recent_calls", "events"}
     change = doc["events"][0]
     assert (change["event_type"], change["actor"], change["context"]) == (
         "limits_changed", "olga", "events-tree")
