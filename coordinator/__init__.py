@@ -24,6 +24,7 @@ from .errors import (
 )
 from .models import (
     ActiveLimits,
+    BudgetWarning,
     ChainMetadata,
     ContextSnapshot,
     Decision,
@@ -46,6 +47,7 @@ from .shield.windows import BudgetWindowHook
 __all__ = [
     "ActiveLimits",
     "BreakerState",
+    "BudgetWarning",
     "BudgetWindowHook",
     "CancellationToken",
     "CancelledByContext",

@@ -38,8 +38,10 @@ from ..models import (
     WrapOptions,
 )
 from ..models_limits import LimitsChange
+from ..models_records import BudgetWarning
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline
+from .budget_warnings import on_warning
 from .call import active_call
 from .cancellation import CancellationToken
 from .charging import propagate_child_cost
@@ -469,6 +471,13 @@ class ExecutionContext:
         """The limits in force here: the tightest over this context and its ancestors."""
         flush_lease(self._state)
         return active_limits(self._state)
+
+    def on_warning(self, callback: Callable[[BudgetWarning], object]) -> None:
+        """Call ``callback`` with a :class:`~coordinator.BudgetWarning` when this context
+        or an ancestor reaches one of its ``warn_at`` thresholds, whichever process spent
+        it there: once per level, dimension and threshold for this handle, on the stop
+        listener's thread (keep it short)."""
+        on_warning(self._state, callback)
 
     @property
     def ledger(self) -> TokenLedger:

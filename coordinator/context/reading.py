@@ -4,7 +4,12 @@ raises in the exception style."""
 
 from __future__ import annotations
 
-from ..core.amounts import ms_to_datetime, remaining_tokens, remaining_usd
+from ..core.amounts import (
+    ms_to_datetime,
+    remaining_tokens,
+    remaining_usd,
+    remaining_usd_fraction,
+)
 from ..core.paths import Path, stored_ids
 from ..core.snapshots import build_snapshot
 from ..core.vocabulary import StopReason
@@ -63,6 +68,7 @@ def active_limits(state: ContextState) -> ActiveLimits:
         deadline=ms_to_datetime(deadline_ms),
         time_remaining_ms=float(max(0, deadline_ms - now)) if deadline_ms else None,
         cost_usd_remaining=remaining_usd(hashes),
+        cost_fraction_remaining=remaining_usd_fraction(hashes),
         tokens_remaining=remaining_tokens(hashes),
     )
 

@@ -21,11 +21,13 @@ from ..core.script_constants import HOOK
 from ..core.vocabulary import CEILING_REASONS, StopReason
 from ..errors import ContextExistsError, ContextNotFoundError, TokenMalformedError
 from ..models import ChainMetadata, ContextSnapshot, Decision, ExecutionConfig, SafetyEvent
+from ..models_records import BudgetWarning
 from ..quotas.hooks import quota_attachment
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline
 from ..store.errors import UNAVAILABLE
 from ..store.tree import OpenRefused, Store
+from .budget_warnings import WarningHub
 from .cancellation import CancellationToken
 
 log = logging.getLogger("coordinator")
@@ -88,6 +90,8 @@ class ContextState:
     owed_abort: str | None = None
     """The detail of an abort made before the open landed (queued by the open)."""
     abort_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    warnings: WarningHub | None = None
+    """The handle's budget warning callbacks (ExecutionContext.on_warning), if any."""
     store: Store = field(init=False)
     """The coordinator's store (kept here: the hot path reads it on every call)."""
     backend_key: str = field(init=False)
@@ -217,6 +221,11 @@ class ContextState:
         self.lifted = (time.monotonic() + LIFT_RECHECK_S, reasons)
         if self.stopped in reasons:
             self.stopped = None
+
+    def handle_warning(self, warning: BudgetWarning) -> None:
+        """A level of the path reached a warn_at threshold (heard by pub/sub)."""
+        if self.warnings is not None:
+            self.warnings.hear(warning)
 
     def recheck_stop(self) -> None:
         """Forget the ceiling stop heard here unless Redis still stops the path with it."""

@@ -213,6 +213,17 @@ def remaining_usd(hashes: Sequence[Mapping[str, str]]) -> float:
     return micro_to_usd(min(left)) if left else 0.0
 
 
+def remaining_usd_fraction(hashes: Sequence[Mapping[str, str]]) -> float | None:
+    """What is left of the tightest cost ceiling of a path (the one with the least USD
+    left, as in remaining_usd; of two with as little, the smaller fraction), as a
+    fraction of that ceiling; None when no level has one."""
+    left = [(max(0, _int(h, "l:usd") - _int(h, "u:usd") - _int(h, "h:usd")),
+             _int(h, "l:usd")) for h in hashes if "l:usd" in h]
+    if not left:
+        return None
+    return min((n, n / limit if limit else 0.0) for n, limit in left)[1]
+
+
 def ms_to_datetime(ms: int) -> datetime | None:
     """A Redis-time millisecond stamp as an aware UTC datetime (0 = None)."""
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms else None

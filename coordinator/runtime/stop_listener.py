@@ -1,6 +1,7 @@
 """The stop listener: a background thread that hears the stops broadcast on the tenant's
 abort channel and applies them to this process's contexts in the tree they concern, and
-the lifts of ceiling stops (an operator raised a limit: set_limits.lua) likewise."""
+the lifts of ceiling stops (an operator raised a limit: set_limits.lua) and the budget
+warnings (a warn_at threshold reached: lib/warnings.lua) likewise."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 from ..core.paths import Path
 from ..core.vocabulary import CEILING_REASONS
+from ..models_records import BudgetWarning
 from ..store.channels import StopSubscription
 from ..store.errors import RedisError
 
@@ -95,16 +97,24 @@ class StopListener:
                     pass
 
     def on_message(self, data: Any) -> None:
-        """Apply one broadcast stop (JSON ``{root, id, reason}``) or change of limits
-        (``{root, id, lifted: [reason...]}``, set_limits.lua) to the contexts under it."""
+        """Apply one broadcast stop (JSON ``{root, id, reason}``), change of limits
+        (``{root, id, lifted: [reason...]}``, set_limits.lua) or budget warning (``{root,
+        id, warning, dim, remaining: {usd, steps}}``, lib/warnings.lua) to the contexts
+        under it."""
         try:
             msg = json.loads(data)
             root, ctx_id = str(msg["root"]), str(msg["id"])
             if "lifted" in msg:
                 self.lifted(root, ctx_id, tuple(str(r) for r in msg["lifted"] or ()))
                 return
+            if "warning" in msg:
+                left = msg.get("remaining") or {}
+                self.warned(root, BudgetWarning(
+                    chain_id=ctx_id, threshold=msg["warning"], dimension=msg["dim"],
+                    remaining_usd=left.get("usd"), remaining_steps=left.get("steps")))
+                return
             reason = str(msg["reason"])
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, AttributeError):
             return
         for target in self._targets_now():
             path = target.tree_path
@@ -119,6 +129,16 @@ class StopListener:
                 path = target.tree_path
                 if path.root == root and ctx_id in path.ids:
                     _lift(target, frozenset(reasons))
+
+    def warned(self, root: str, warning: BudgetWarning) -> None:
+        """A level reached a warn_at threshold: the contexts under it that have a
+        ``handle_warning(warning)`` (a handle's state) hear it."""
+        for target in self._targets_now():
+            path = target.tree_path
+            if path.root == root and warning.chain_id in path.ids:
+                handle_warning = getattr(target, "handle_warning", None)
+                if handle_warning is not None:
+                    handle_warning(warning)
 
     def _resync(self) -> None:
         """After (re)subscribing, read the stop state of every local context: a message
