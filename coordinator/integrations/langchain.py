@@ -1,9 +1,11 @@
 """LangChain and LangGraph (extra ``langchain``): ``BudgetCallbackHandler`` makes every
 tool run a wrapped tool call (and, with ``chat_models=True``, every chat model run a
-wrapped LLM call, for models whose client the transport does not cover), driven by the
-call's own steps between the run's start and end callbacks; ``budgeted_chat_model`` puts
-the transport under a ``ChatOpenAI``; ``run_graph`` runs a graph (or any runnable) in a
-child context named after it."""
+wrapped LLM call, for models whose client the transport does not cover; such a call that
+its context's model ladder moves to another model is refused with DEGRADE, since the
+handler cannot switch the model), driven by the call's own steps between the run's start
+and end callbacks; ``budgeted_chat_model`` puts the transport under a ``ChatOpenAI`` (its
+requests run on the model the ladder chose); ``run_graph`` runs a graph (or any runnable)
+in a child context named after it."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
 from ..context import tracing
-from ..context.call import Call, Outcome, begin
+from ..context.call import Call, Outcome, begin, finish, node
 from ..context.execution import ExecutionContext, current_context
 from ..context.executor import Executor
 from ..context.settling import complete, fail
 from ..context.steps import drive
-from ..models import WrapOptions
+from ..core.vocabulary import EdgeEvent, FinishOutcome, NodeStatus
+from ..models import Decision, WrapOptions
 from .agents import agent_context
 from .errors import BudgetExceededError
 from .request_plan import OUTPUT_FIELDS, plan_body
@@ -91,6 +94,8 @@ class BudgetCallbackHandler(BaseCallbackHandler):
         span = tracing.start_span(state, kind, options)
         started = drive(begin(state, ctx, "tool" if kind == "tool" else "llm", options),
                         Executor(state))
+        if isinstance(started, Call) and started.degraded_from is not None:
+            started = _not_switched(started)
         if isinstance(started, Outcome):
             tracing.end_span(span, state, decision=started.decision.value,
                              reason=started.reason, settled=None)
@@ -111,6 +116,20 @@ class BudgetCallbackHandler(BaseCallbackHandler):
         tracing.end_span(span, call.state, decision=outcome.decision.value if outcome
                          else "ERROR", reason=outcome.reason if outcome else None,
                          settled=call.settled, error=error)
+
+
+def _not_switched(call: Call) -> Outcome:
+    """A chat model call its context's ladder moved to another model: the handler hears
+    the run once its model is chosen and cannot switch it, so the call does not run (its
+    hold is given back): DEGRADE, naming the model to call instead."""
+    record = node(call, NodeStatus.HALTED)
+    record["stop_reason"] = EdgeEvent.DEGRADED
+    drive(finish(call, FinishOutcome.SKIP, record, [], write_behind=True),
+          Executor(call.state))
+    return Outcome(Decision.DEGRADE, reason=EdgeEvent.DEGRADED,
+                   detail=f"the model ladder chose {call.model} for {call.degraded_from}: "
+                          f"call {call.model}, or put the transport under the model's "
+                          f"client (budgeted_chat_model), which switches it")
 
 
 def _usage_of(response: LLMResult) -> dict[str, Any] | None:
