@@ -29,6 +29,7 @@ from ..store.repair import Repaired, repair_context
 from ..store.topology import Durability
 from ..store.tree import Store
 from ..store.views import Views
+from ..store.warnings_read import read_warnings
 from .actor import user_at_host
 from .backend_health import BackendHealth
 from .flusher import Flusher
@@ -290,7 +291,7 @@ class Coordinator:
             previous = self._listener
             listener = StopListener(
                 lambda: StopSubscription(self.client, self.keyspace.abort_channel),
-                self.store.read_stops)
+                self.store.read_stops, lambda paths: read_warnings(self.store, paths))
             if previous is not None:  # forked: the parent's handles are ours too
                 for target in previous._targets_now():
                     listener.add(target)

@@ -37,9 +37,12 @@ class StopListener:
     """Tracks local contexts (weakly) and runs the listening thread."""
 
     def __init__(self, subscribe: Callable[[], StopSubscription],
-                 read_stops: Callable[[Sequence[Path]], list[list[str]]]) -> None:
+                 read_stops: Callable[[Sequence[Path]], list[list[str]]],
+                 read_warnings: Callable[[Sequence[Path]], list[list[BudgetWarning]]]
+                 | None = None) -> None:
         self._subscribe = subscribe
         self._read_stops = read_stops
+        self._read_warnings = read_warnings
         self._targets: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -141,8 +144,9 @@ class StopListener:
                     handle_warning(warning)
 
     def _resync(self) -> None:
-        """After (re)subscribing, read the stop state of every local context: a message
-        missed while disconnected loses nothing."""
+        """After (re)subscribing, read the stop state of every local context, and the
+        warnings recorded on the path of each that listens for them: a message missed
+        while disconnected loses nothing."""
         targets = self._targets_now()
         if not targets:
             return
@@ -151,6 +155,12 @@ class StopListener:
             for reason in reasons:
                 target.handle_stop(reason)
             _lift(target, CEILING_REASONS.difference(reasons))
+        hearing = [t for t in targets if getattr(t, "warnings", None) is not None]
+        if hearing and self._read_warnings is not None:
+            for target, warnings in zip(hearing, self._read_warnings(
+                    [t.tree_path for t in hearing]), strict=True):
+                for warning in warnings:
+                    target.handle_warning(warning)  # type: ignore[attr-defined]
 
 
 def _lift(target: StopTarget, reasons: frozenset[str]) -> None:

@@ -98,7 +98,8 @@ def test_two_thresholds_two_events_heard_once_here_and_in_another_process(
         assert _spend(root, 10) == [Decision.ALLOW] * 10
         until(lambda: len(heard) >= 2, "this process heard both thresholds")
         until(lambda: len(_drain(out, other)) >= 2, "the other process heard both thresholds")
-        root.on_warning(heard.append)  # a second callback hears only what comes next
+        later: list[BudgetWarning] = []
+        root.on_warning(later.append)  # a second callback: what was recorded, at once
         assert _spend(root, 1) == [Decision.HALT]  # the ceiling: no warning is left
     finally:
         done.set()
@@ -107,6 +108,7 @@ def test_two_thresholds_two_events_heard_once_here_and_in_another_process(
     assert [w.chain_id for w in heard] == [root.chain_id] * 2
     assert [(w.remaining_usd, w.remaining_steps) for w in heard] == [(0.05, 95), (0.02, 92)]
     assert [BudgetWarning(**w) for w in _drain(out, other)] == heard
+    assert _heard(later) == _heard(heard)
     events = _warnings(root)
     assert [(e.metadata["threshold"], e.metadata["dimension"]) for e in events] == [
         (0.5, "usd"), (0.8, "usd")]
@@ -170,6 +172,21 @@ def test_a_child_handle_hears_its_roots_warning(coord: Coordinator) -> None:
     assert _warnings(child) == [] and len(_warnings(root)) == 1  # the root's own threshold
     assert "w:usd" not in coord.store.read_hash(root.root_id, child.chain_id)  # no warn_at
     grandchild.close()
+    child.close()
+    root.close()
+
+
+def test_a_handle_registering_after_the_crossings_hears_them_at_once(
+        coord: Coordinator) -> None:
+    root = _root()
+    assert _spend(root, 9) == [Decision.ALLOW] * 9
+    child = root.spawn_child()
+    heard: list[BudgetWarning] = []
+    child.on_warning(heard.append)  # read back: what remains now
+    assert [(w.chain_id, w.threshold, w.remaining_usd) for w in heard] == [
+        (root.chain_id, 0.5, pytest.approx(0.01)), (root.chain_id, 0.8, pytest.approx(0.01))]
+    with pytest.raises(TypeError):
+        child.on_warning("not a callable")  # type: ignore[arg-type]
     child.close()
     root.close()
 

@@ -1,6 +1,8 @@
 """Budget warnings as the stop listener hears them (no Redis): the message lib/warnings.lua
-publishes reaches the handles under its level, each hears a warning once, a callback that
-raises does not keep the others from it, and the fraction ctx.limits() tells."""
+publishes reaches the handles under its level, each callback hears a warning once
+(whether it came by message, by the read-back at resubscription or at registration), a
+callback that raises does not keep the others from it, and the fraction ctx.limits()
+tells."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from coordinator import BudgetWarning
-from coordinator.context.budget_warnings import WarningHub, on_warning
+from coordinator.context.budget_warnings import WarningHub
 from coordinator.core.amounts import remaining_usd_fraction
 from coordinator.core.paths import Path
 from coordinator.runtime.stop_listener import StopListener
+
+HALF = BudgetWarning(chain_id="r", threshold=0.5, dimension="usd", remaining_usd=0.05,
+                     remaining_steps=7)
 
 
 @dataclass(eq=False)
@@ -21,7 +26,7 @@ class Handle:
     """A listener target that hears warnings as a ContextState does."""
 
     tree_path: Path
-    warnings: WarningHub | None = None
+    warnings: WarningHub | None = field(default_factory=WarningHub)
     stops: list[str] = field(default_factory=list)
 
     def handle_stop(self, reason: str) -> None:
@@ -31,9 +36,17 @@ class Handle:
         if self.warnings is not None:
             self.warnings.hear(warning)
 
+    def callback(self) -> list[BudgetWarning]:
+        heard: list[BudgetWarning] = []
+        assert self.warnings is not None
+        self.warnings.add(heard.append)
+        return heard
 
-def _listener(*handles: Handle) -> StopListener:
-    listener = StopListener(lambda: None, lambda paths: [[] for _ in paths])  # type: ignore[arg-type, return-value]
+
+def _listener(*handles: Handle, recorded: list[BudgetWarning] | None = None) -> StopListener:
+    listener = StopListener(lambda: None,  # type: ignore[arg-type, return-value]
+                            lambda paths: [[] for _ in paths],
+                            lambda paths: [list(recorded or []) for _ in paths])
     for h in handles:
         listener.add(h)
     return listener
@@ -47,39 +60,49 @@ def _message(level: str, warning: float = 0.5, dim: str = "usd") -> str:
 def test_a_warning_reaches_the_handles_under_its_level_once_each() -> None:
     root, child, other = Handle(Path("r", ("r",))), Handle(Path("r", ("r", "c"))), \
         Handle(Path("x", ("x",)))
-    heard: dict[str, list[BudgetWarning]] = {"root": [], "child": [], "other": []}
-    for name, h in (("root", root), ("child", child), ("other", other)):
-        on_warning(h, heard[name].append)
+    at_root, at_child, at_other = root.callback(), child.callback(), other.callback()
     listener = _listener(root, child, other)
     for _ in range(2):  # the same warning twice: heard once
         listener.on_message(_message("r"))
     listener.on_message(_message("c", 0.8, "steps"))  # the child's level: not the root's
-    expected = BudgetWarning(chain_id="r", threshold=0.5, dimension="usd",
-                             remaining_usd=0.05, remaining_steps=7)
-    assert heard["root"] == [expected]
-    assert heard["child"] == [expected, expected.model_copy(
+    assert at_root == [HALF]
+    assert at_child == [HALF, HALF.model_copy(
         update={"chain_id": "c", "threshold": 0.8, "dimension": "steps"})]
-    assert heard["other"] == [] and root.stops == child.stops == []
+    assert at_other == [] and root.stops == child.stops == []
 
 
 def test_a_bad_message_is_ignored_and_a_raising_callback_spares_the_others() -> None:
     h = Handle(Path("r", ("r",)))
-    heard: list[BudgetWarning] = []
 
     def boom(_: BudgetWarning) -> None:
         raise RuntimeError("the agent's callback failed")
 
-    on_warning(h, boom)
-    on_warning(h, heard.append)
+    assert h.warnings is not None
+    h.warnings.add(boom)
+    heard = h.callback()
     listener = _listener(h)
     for bad in ('{"root": "r", "id": "r", "warning": "half", "dim": "usd"}',
                 '{"root": "r", "id": "r", "warning": 0.5, "dim": "tokens"}',
                 '{"root": "r", "id": "r", "warning": 0.5, "dim": "usd", "remaining": 3}'):
         listener.on_message(bad)
     listener.on_message(_message("r"))
-    assert [w.threshold for w in heard] == [0.5]
-    with pytest.raises(TypeError):
-        on_warning(h, "not a callable")  # type: ignore[arg-type]
+    assert heard == [HALF]
+
+
+def test_warnings_read_back_are_heard_once_by_every_callback() -> None:
+    h = Handle(Path("r", ("r",)))
+    first = h.callback()
+    eighty = HALF.model_copy(update={"threshold": 0.8})
+    _listener(h, recorded=[HALF])._resync()  # resubscribed: what Redis recorded meanwhile
+    assert first == [HALF]
+    later: list[BudgetWarning] = []
+    assert h.warnings is not None
+    h.warnings.add(later.append, [HALF, eighty])  # registered: what the path recorded
+    assert first == [HALF, eighty] and later == [HALF, eighty]
+    h.handle_warning(eighty)  # its message, late: heard already
+    assert first == later == [HALF, eighty]
+    unhearing = Handle(Path("r", ("r",)), warnings=None)
+    _listener(unhearing, recorded=[HALF])._resync()  # no callback: nothing read for it
 
 
 def test_the_fraction_left_is_that_of_the_tightest_usd_ceiling() -> None:
