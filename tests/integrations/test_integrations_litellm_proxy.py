@@ -6,11 +6,7 @@ refused request never reaches the provider; a request without the header passes.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,14 +18,12 @@ import pytest
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext
 from coordinator.core import pricing
 from coordinator.core.amounts import usd_to_micro
-from coordinator.embedded import free_port
 from tests.support.fake_provider import ProviderServer
 from tests.support.invariants import check_tree
-from tests.support.procs import TEST_KEYS
+from tests.support.litellm_proxy import MASTER_KEY, litellm_proxy
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 CONFIG, CLIENT = re.findall(r"```text\n(.*?)```", DOC.read_text(), flags=re.S)[-2:]
-KEY = "sk-" + "budget-test-proxy-key-0123456789abcdef"
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris today?"}]
 
 
@@ -43,44 +37,15 @@ def server() -> Iterator[ProviderServer]:
 @pytest.fixture
 def proxy(server: ProviderServer, redis_url: str, tmp_path: Path) -> Iterator[str]:
     """``litellm --config`` on a free port, the hook's coordinator on the test's Redis."""
-    config = tmp_path / "config.yaml"
-    config.write_text(CONFIG)
-    port = free_port()
-    env = dict(os.environ, BUDGET_REDIS_URL=redis_url, LITELLM_LOCAL_MODEL_COST_MAP="True",
-               BUDGET_TOKEN_KEYS="test:" + TEST_KEYS["test"].decode(),
-               OPENAI_BASE_URL=server.openai_url, OPENAI_API_KEY="k", LITELLM_MASTER_KEY=KEY,
-               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    log = (tmp_path / "proxy.log").open("w")
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("litellm")), "--config",
-                             str(config), "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp_path / "proxy.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the proxy did not start"
-            try:
-                urllib.request.urlopen(f"{url}/health/liveliness", timeout=2).close()
-                break
-            except OSError:
-                time.sleep(0.5)
+    with litellm_proxy(CONFIG, server, redis_url, tmp_path) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def _chat(url: str, headers: dict[str, str], **extra: Any) -> tuple[int, Any]:
     body = json.dumps({"model": "gpt-4", "messages": MESSAGES, "max_tokens": 50, **extra})
     request = urllib.request.Request(f"{url}/v1/chat/completions", data=body.encode(),
                                      headers={"content-type": "application/json",
-                                              "authorization": f"Bearer {KEY}", **headers},
+                                              "authorization": f"Bearer {MASTER_KEY}", **headers},
                                      method="POST")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
@@ -139,7 +104,7 @@ def test_the_documented_client_is_refused_at_the_ceiling(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert "budget_hook" in CONFIG and "budget-context" in CLIENT
     monkeypatch.setenv("LITELLM_PROXY_URL", proxy)
-    monkeypatch.setenv("LITELLM_MASTER_KEY", KEY)
+    monkeypatch.setenv("LITELLM_MASTER_KEY", MASTER_KEY)
     namespace: dict[str, Any] = {}
     exec(compile(CLIENT, "docs/integrations.md (LiteLLM proxy client)", "exec"), namespace)  # noqa: S102
     namespace["proxy"].close()
