@@ -21,13 +21,13 @@ from .models_base import (
 )
 from .models_config import (
     ChainMetadata,
-    Degrade,
     ExecutionConfig,
     LeasePolicy,
     TokenBudget,
     WrapOptions,
     validate_deadline,
 )
+from .models_degrade import Degrade
 from .models_records import (
     ActiveLimits,
     BudgetWarning,
