@@ -5,6 +5,7 @@ every ancestor."""
 from .context.cancellation import CancellationToken, CancelledByContext
 from .context.execution import (
     ExecutionContext,
+    current_call,
     current_cancellation_token,
     current_context,
     current_limits,
@@ -25,6 +26,7 @@ from .errors import (
 from .models import (
     ActiveLimits,
     BudgetWarning,
+    CallInfo,
     ChainMetadata,
     ContextSnapshot,
     Decision,
@@ -49,6 +51,7 @@ __all__ = [
     "BreakerState",
     "BudgetWarning",
     "BudgetWindowHook",
+    "CallInfo",
     "CancellationToken",
     "CancelledByContext",
     "ChainMetadata",
@@ -81,6 +84,7 @@ __all__ = [
     "ToolCallContext",
     "WrapOptions",
     "ametered_stream",
+    "current_call",
     "current_cancellation_token",
     "current_context",
     "current_data_view",

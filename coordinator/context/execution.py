@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import datetime
 from types import TracebackType
@@ -38,7 +39,7 @@ from ..models import (
     WrapOptions,
 )
 from ..models_limits import LimitsChange
-from ..models_records import BudgetWarning
+from ..models_records import BudgetWarning, CallInfo
 from ..runtime.coordinator import Coordinator
 from ..shield.pipeline import ShieldPipeline
 from .budget_warnings import on_warning
@@ -46,6 +47,7 @@ from .call import active_call
 from .cancellation import CancellationToken
 from .charging import propagate_child_cost
 from .closing import close_context, detach_context
+from .edge import finishing
 from .egress import check_egress
 from .evaluating import result_or_raise, tightens
 from .lease_registry import flush_lease
@@ -80,6 +82,17 @@ def current_limits() -> ActiveLimits | None:
     tightest over the whole path), or None outside any context. One Redis round trip."""
     ctx = current_context()
     return ctx.limits() if ctx is not None else None
+
+
+def current_call() -> CallInfo | None:
+    """The wrapped call running here (its model: what its model ladder chose), or None
+    outside any wrapped call."""
+    call = active_call.get()
+    if call is None:
+        return None
+    return CallInfo(call_id=call.call_id, kind=call.kind, model=call.model,
+                    requested_model=call.options.model,
+                    degraded=call.degraded_from is not None, final=call.final)
 
 
 def current_cancellation_token() -> CancellationToken | None:
@@ -471,6 +484,12 @@ class ExecutionContext:
         """The limits in force here: the tightest over this context and its ancestors."""
         flush_lease(self._state)
         return active_limits(self._state)
+
+    def finishing(self) -> AbstractContextManager[None]:
+        """``with ctx.finishing():`` marks every call of this context (and of its
+        descendants) in the block final: they may spend ``final_reserve_usd``, as
+        ``WrapOptions(final=True)`` does (docs/degrade.md)."""
+        return finishing(self._state.ctx_id)
 
     def on_warning(self, callback: Callable[[BudgetWarning], object]) -> None:
         """Call ``callback`` with a :class:`~coordinator.BudgetWarning` when this context
