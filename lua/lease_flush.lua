@@ -33,12 +33,16 @@
 -- tokens again, only the steps and retries its calls counted (the reclaim gave the held
 -- steps back), and its node records are appended with cost_usd 0 (the reclaim's record
 -- carries their cost), so every level's ledger still equals its node records.
+-- A node record naming degraded_from (a ladder call served on a cheaper rung) counts nd
+-- at every level and records the context's 'degraded' event once per pair of models
+-- (lib/ladder.lua count_degraded), as reserve.lua does for a strict reserve.
 -- A give-back is the slice's last batch: sent again (its reply lost), it changes nothing.
 -- Returns {1, level, reason, detail, ...} with the levels this flush stopped; {0} when
 -- the batch was already applied; {3, level, 'state_corrupt', detail} when a counter on
 -- the path is corrupt (lib/finish.lua finish): nothing was charged, the slice stays held.
 --
 -- uses: numbers, common, stops, levels, ledger, quota, warnings, finish, records, calls_counted
+-- uses: ladder
 
 local returned = 'r:' .. slice_id  -- in the finished ids once the slice was given back
 if slice_id ~= '' and redis.call('ZSCORE', fin, returned) then
@@ -117,7 +121,9 @@ for _, record in ipairs(node_records) do
     record = cjson.encode(node)
   end
   append_capped(nodes, node_cap, record)
-  count_call(context_keys(levels, #part.p), node)
+  local keys = context_keys(levels, #part.p)
+  count_call(keys, node)
+  count_degraded(keys, levels[#levels].events, part.c, node)
 end
 for _, event in ipairs(events) do
   append_capped(levels[#levels].events, EVENT_STREAM_CAP, event)

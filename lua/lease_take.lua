@@ -21,18 +21,25 @@
 --             (record
 --             field r = 1, LeasePolicy.return_on_expiry); '0': that part is charged as
 --             used (lease_return.lua)
--- ARGV[8..]   wants{dim, amount, least}  triples: dimension, amount wanted, least amount worth
+-- ARGV[8]     below  the context's model ladder threshold in parts per million of a ceiling
+--             (0: none): the reply says whether some level was below it
+-- ARGV[9..]   wants{dim, amount, least}  triples: dimension, amount wanted, least amount worth
 --             taking (integers)
 --
 -- A level that is not running (or holds a corrupt number), past its deadline, or that cannot spare the least amount
 -- of a dimension refuses the slice and changes nothing (the caller then takes a strict
--- reserve, which reports and records the stop). A token total limits tin + tout.
+-- reserve, which reports and records the stop). A token total limits tin + tout. A
+-- level's final reserve (fr) is never taken: it is not part of the USD a slice may hold
+-- (final calls spend it through strict reserves). low is 1 when, before the take, some
+-- level had less than `below` of its USD ceiling left (limit - used - held), as
+-- reserve.lua judges a ladder call: the slice then serves its ladder calls the cheapest
+-- rung that fits.
 -- The record is new_reservation's (lib/reservations.lua) with s = 1 (a slice); a lease expiry reclaims
 -- it like any reservation (lease_return.lua: what was flushed stays charged, the rest is
 -- charged as used, or given back with r = 1).
 -- The root's quota grants (lib/quota.lua quota_state) cap the slice like a level's room,
 -- and hold it too; a grant that cannot spare the least amount refuses the slice.
--- Returns {1, now_ms, ndims, dim, amount, ..., expired_id, expired_json, ...} when taken
+-- Returns {1, now_ms, low, ndims, dim, amount, ..., expired_id, expired_json, ...} when taken
 --         (with up to 8 reservations of this tree whose lease expired, as reserve.lua);
 --         {0, now_ms, reason} when refused.
 --
@@ -56,8 +63,9 @@ for _, t in ipairs(totals) do
     if not asked[t[k]] then read_dims[#read_dims + 1], asked[t[k]] = t[k], true end
   end
 end
--- the root's number of quota buckets (q) is read at every level
-local shape = level_shape({'status', 'deadline', 'q'}, read_dims, totals)
+-- the root's number of quota buckets (q) and the final reserve (fr) are read at every level
+local shape = level_shape({'status', 'deadline', 'q', 'fr'}, read_dims, totals)
+local low_ppm, low = tonumber(below), 0
 
 redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now)
 redis.call('ZADD', lessees, now + tonumber(owner_ms), owner)
@@ -79,6 +87,10 @@ for lv = 1, #levels do
     local limit = level[slot.limit]
     if limit then
       local left = limit - level[slot.used] - level[slot.held]
+      if d == 'usd' then
+        if left * 1000000 < low_ppm * limit then low = 1 end
+        left = left - level.fr
+      end
       local cap = math.floor(left * share)
       if cap < grant[j] then grant[j] = cap end
       if left < least[j] then return {TakeCode.REFUSED, now, d .. ' too low'} end
@@ -145,6 +157,6 @@ redis.call('HSET', res, slice_id, cjson.encode(rec))
 redis.call('ZADD', leases, now + tonumber(lease_ms), slice_id)
 redis.call('SADD', slices, slice_id)
 
-local out = {TakeCode.TAKEN, now, #held / 2}
+local out = {TakeCode.TAKEN, now, low, #held / 2}
 for _, x in ipairs(held) do out[#out + 1] = x end
 return append_expired(out, res, leases, now)

@@ -133,13 +133,15 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     floor = state.coord.charging.floor_micro if kind == "llm" else 0
     amounts = reserve_amounts(opts, floor)
     terms = edge_terms(state, opts, int(amounts[1]), floor)
-    if terms.rungs:  # the requested model's worst case, until reserve.lua chooses
-        amounts[1] = terms.rungs[1]
-    # a ladder is chosen by reserve.lua: such a call is not served from a slice
-    lease = slice_of(state) if not terms.rungs else None
+    rungs = terms.rungs
+    if rungs:  # the requested model's worst case, until the slice or reserve.lua chooses
+        amounts[1] = rungs[1]
+    lease = slice_of(state)
     # covered by the live slice: no store request (so served while Redis is away too);
-    # never while a ceiling stop heard here makes the call wait for approval
-    served = lease is not None and state.stopped is None and lease.serve(amounts)
+    # never while a ceiling stop heard here makes the call wait for approval. A ladder
+    # call: on the rung the slice chooses (lease_rungs.py), its number
+    served: int = lease is not None and state.stopped is None and (
+        lease.serve(amounts) if not rungs else lease.serve_rung(amounts, rungs))
     backend = state.coord.backend
     taking = False  # (a stalled take leaves no hold of the call's to withdraw)
     try:
@@ -150,7 +152,7 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
                 yield Open(state.ctx_id)
             if lease is not None:  # a new slice: one round trip, like a reserve
                 taking = True
-                served = yield from take_slice(state, lease, amounts)
+                served = yield from take_slice(state, lease, amounts, rungs)
                 taking = False
             if not served:
                 mark = state.store.wire.write_mark()
@@ -182,9 +184,11 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
         err = BackendUnavailableError("reserve", exc)
         return (yield from halt(state, kind, opts, call_id, StopReason.BACKEND_UNAVAILABLE,
                                 str(err), offline=True))
-    if served:
-        return (yield from _admit(_new_call(state, owner, kind, opts, call_id, amounts,
-                                            lease=lease, final=terms.final)))
+    if served:  # (rung 1, the requested model, is what _new_call makes)
+        return (yield from _admit(
+            _on_rung(state, owner, kind, opts, call_id, amounts, terms, served, lease)
+            if served > 1 else _new_call(state, owner, kind, opts, call_id, amounts,
+                                         lease=lease, final=terms.final)))
     if isinstance(res, Replayed):  # finished in an earlier delivery of the same work
         return Outcome(REPLAYED_DECISIONS[FinishOutcome(res.outcome)], reason="replayed",
                        detail=f"call {call_id} already finished ({res.outcome})")
@@ -197,15 +201,25 @@ def begin(state: ContextState, owner: object, kind: Kind, opts: WrapOptions
     state.coord.observe_redis_time(res.now_ms)
     if res.expired:
         yield Reap(state.path, res.expired)
-    rung = chosen_rung(terms, res.rung)
-    if rung is not None:  # the ladder's choice: what is held, and what runs
+    return (yield from _admit(_on_rung(state, owner, kind, opts, call_id, amounts, terms,
+                                       res.rung, None)))
+
+
+def _on_rung(state: ContextState, owner: object, kind: Kind, opts: WrapOptions, call_id: str,
+             amounts: list[str | int], terms: EdgeTerms, rung_no: int,
+             lease: LeaseSlice | None) -> Call:
+    """The call, on rung ``rung_no`` of its ladder (reserve.lua's or the slice's choice,
+    from 1) when it has one: what is held, and what runs."""
+    rung = chosen_rung(terms, rung_no)
+    if rung is not None:
         amounts[1] = rung[1]
-    call = _new_call(state, owner, kind, opts, call_id, amounts, final=terms.final)
+    call = _new_call(state, owner, kind, opts, call_id, amounts, lease=lease,
+                     final=terms.final)
     if rung is not None:
         call.model = rung[0]
         if rung[0] != opts.model:
             call.degraded_from = opts.model
-    return (yield from _admit(call))
+    return call
 
 
 def _reserve(state: ContextState, call_id: str, amounts: list[str | int], keyed: bool,

@@ -99,7 +99,7 @@ def _top_up(state: ContextState, r: TopUp) -> Any:
 
 
 def _take_slice(state: ContextState, r: TakeSlice) -> Any:
-    return slice_named(r.owner).refill(r.amounts)
+    return slice_named(r.owner).refill(r.amounts, r.rungs)
 
 
 def _write_slice(state: ContextState, r: WriteSlice) -> Any:

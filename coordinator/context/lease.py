@@ -24,6 +24,7 @@ from ..store.health import BackendDown, is_stall
 from ..store.leases_store import SLICE_PREFIX, Batch, LeaseStore, NotTaken, decode_take
 from ..store.records import ReservationRecord
 from ..store.tree import Stop, decode_stops
+from .lease_rungs import served_rung
 
 FLUSH_AFTER_S = 0.05
 """A batch is written at most this long after its first call finished..."""
@@ -41,10 +42,15 @@ Filled = tuple[int, list[NodeFields], dict[str, int]]
 class LeaseSlice:
     """One process's slice of one context's budget (thread-safe)."""
 
-    def __init__(self, coord: Coordinator, path: Path, policy: LeasePolicy) -> None:
+    def __init__(self, coord: Coordinator, path: Path, policy: LeasePolicy,
+                 below_ppm: int = 0) -> None:
         self.coord = coord
         self.path = path
         self.policy = policy
+        self.below_ppm = below_ppm
+        """The context's model ladder threshold (Degrade.below, ppm; 0: none)."""
+        self.low = False
+        """Some level of the path was below that threshold when the slice was taken."""
         self.leases = LeaseStore(coord.store)
         # at most half the coordinator's lease: a slice is given back (its batches
         # written) well before Redis could think its process dead and reclaim it
@@ -104,6 +110,27 @@ class LeaseSlice:
             return (self.slice_id is not None and self.stopped is None
                     and time.monotonic() < self.expires and self._promise(amounts))
 
+    def serve_rung(self, amounts: Sequence[str | int], rungs: Sequence[str | int]) -> int:
+        """Promise a ladder call's estimate from the slice on the rung ``served_rung``
+        chooses (``amounts``: usd first, at the requested rung's worst case); the rung's
+        number (from 1), or 0: the caller takes a new slice or a strict reserve."""
+        if not self.low:  # the requested model if it fits (served_rung): as serve
+            return int(self.serve(amounts))
+        with self._lock:
+            if (self.slice_id is None or self.stopped is not None
+                    or time.monotonic() >= self.expires):
+                return 0
+            return self._promise_rung(amounts, rungs)
+
+    def _promise_rung(self, amounts: Sequence[str | int], rungs: Sequence[str | int]) -> int:
+        if not self.low:
+            return int(self._promise(amounts))
+        rung = served_rung(rungs, self.avail.get("usd", 0), True)
+        if not rung:
+            return 0
+        held = amounts if rung == 1 else ["usd", rungs[2 * rung - 1], *amounts[2:]]
+        return rung if self._promise(held) else 0
+
     def _promise(self, amounts: Sequence[str | int]) -> bool:
         avail = self.avail
         pairs = [(str(amounts[i]), int(amounts[i + 1])) for i in range(0, len(amounts), 2)]
@@ -116,26 +143,30 @@ class LeaseSlice:
         self.inflight += 1
         return True
 
-    def refill(self, amounts: Sequence[str | int]) -> tuple[bool, Expired, list[Stop]]:
+    def refill(self, amounts: Sequence[str | int], rungs: Sequence[str | int] = ()
+               ) -> tuple[int, Expired, list[Stop]]:
         """Give the old slice back and take a new one (one round trip), then serve the
-        call from it. Returns (served, expired reservations to reap, stops heard).
+        call from it (a ladder call, ``rungs``, as ``serve_rung`` does). Returns (served:
+        0, else 1 or the rung's number; expired reservations to reap; stops heard).
         Raises UNAVAILABLE when Redis cannot be reached."""
         need = {str(amounts[i]): int(amounts[i + 1]) for i in range(0, len(amounts), 2)
                 if int(amounts[i + 1])}
+        if rungs:  # at least the cheapest rung's worst case
+            need["usd"] = min(int(a) for a in rungs[1::2])
         if self.policy.tokens is not None:  # a provider's tokens too (openai.tin, ...)
             for dim in need:
                 if dim.endswith((".tin", ".tout")):
                     self.want.setdefault(dim, self.policy.tokens)
         if (self.stopped is not None or self.closed
                 or any(d not in self.want or a > self.want[d] for d, a in need.items())):
-            return False, [], []  # a call larger than a slice takes a strict reserve
+            return 0, [], []  # a call larger than a slice takes a strict reserve
         if time.monotonic() < self._retry_at and all(
                 a >= self._refused.get(d, 0) for d, a in need.items()):
-            return False, [], []  # a slice for as much was refused a moment ago
+            return 0, [], []  # a slice for as much was refused a moment ago
         with self._flush_lock:
             with self._lock:
                 if self.inflight:  # calls in flight hold the old slice: no refill now
-                    return False, [], []
+                    return 0, [], []
                 old, filled = self.slice_id, self._take_batch()
                 self.slice_id, self.avail = None, {}
             batch = _encoded(filled)
@@ -145,7 +176,7 @@ class LeaseSlice:
             new_id = SLICE_PREFIX + secrets.token_hex(12)
             ops.append(self.leases.take_op(self.path, new_id, self.owner, self.owner_ms, {
                 dim: (amount, need.get(dim, 0)) for dim, amount in self.want.items()},
-                return_on_expiry=self.policy.return_on_expiry))
+                return_on_expiry=self.policy.return_on_expiry, below_ppm=self.below_ppm))
             try:
                 results = self.leases.take_and_flush(ops)
             except UNAVAILABLE:
@@ -163,13 +194,19 @@ class LeaseSlice:
             taken = decode_take(results[-1])
             if isinstance(taken, NotTaken):
                 self._retry_at, self._refused = time.monotonic() + RETRY_TAKE_S, need
-                return False, [], stops
+                return 0, [], stops
             self.coord.observe_redis_time(taken.now_ms)
             self.leases.wire.track(new_id, self.path.root)
             with self._lock:
                 self.slice_id, self.avail = new_id, dict(taken.amounts)
                 self.expires = time.monotonic() + self.max_age_s
-                served = self.stopped is None and self._promise(amounts)
+                self.low = taken.low
+                served = 0
+                if self.stopped is None:
+                    served = (self._promise_rung(amounts, rungs) if rungs
+                              else int(self._promise(amounts)))
+                if rungs and not served:  # the requested model does not fit: strict
+                    self._retry_at, self._refused = time.monotonic() + RETRY_TAKE_S, need
             self.coord.call_later(self.max_age_s, lambda: self._age_out(new_id))
             if self.stopped is not None:
                 self.coord.call_later(0, self._give_back_now)

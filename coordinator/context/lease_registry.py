@@ -8,6 +8,7 @@ import os
 import threading
 import weakref
 
+from ..models_degrade import to_ppm
 from ..store.errors import UNAVAILABLE
 from .lease import LeaseSlice
 from .state import ContextState
@@ -40,7 +41,9 @@ def slice_of(state: ContextState) -> LeaseSlice | None:
     with _slices_lock:
         found = _slices.get(state)
         if found is None or found.pid != _pid:  # a forked child takes its own
-            found = LeaseSlice(state.coord, state.path, policy)
+            degrade = state.config.degrade
+            found = LeaseSlice(state.coord, state.path, policy,
+                               to_ppm(degrade.below) if degrade is not None else 0)
             global _atexit_registered
             if not _atexit_registered:
                 atexit.register(_give_back_all)

@@ -32,19 +32,20 @@ def _named_by(lease: LeaseSlice) -> str:
     return lease.owner
 
 
-def take_slice(state: ContextState, lease: LeaseSlice, amounts: Sequence[str | int]
-               ) -> Steps[bool]:
+def take_slice(state: ContextState, lease: LeaseSlice, amounts: Sequence[str | int],
+               rungs: Sequence[str | int] = ()) -> Steps[int]:
     """Give the old slice back and take a new one (one round trip: on the I/O thread for
-    async callers), serving the call from it; reap the expired holds it found. Whether
-    the call was served (else it takes a strict reserve); raises UNAVAILABLE like a
-    reserve when Redis does not answer."""
-    served, expired, stops = yield TakeSlice(_named_by(lease), amounts)
+    async callers), serving the call from it (a ladder call on the rung the slice
+    chooses of ``rungs``); reap the expired holds it found. Whether the call was served:
+    0 (it takes a strict reserve), else 1 or the rung's number; raises UNAVAILABLE like
+    a reserve when Redis does not answer."""
+    served, expired, stops = yield TakeSlice(_named_by(lease), amounts, rungs)
     for stop in stops:
         if stop.ctx_id in state.path.ids:
             state.handle_stop(stop.reason)
     if expired:
         yield Reap(state.path, expired)
-    return bool(served) and state.stopped is None
+    return int(served) if state.stopped is None else 0
 
 
 def finish_served(lease: LeaseSlice, held: dict[str, int], outcome: FinishOutcome,

@@ -38,6 +38,8 @@ class Taken:
     now_ms: int
     expired: list[tuple[str, ReservationRecord]]
     """Reservations (and slices) of this tree whose lease expired."""
+    low: bool = False
+    """Some level had less than the ladder's threshold of its USD ceiling left."""
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,12 @@ def decode_take(reply: list[Any]) -> Taken | NotTaken:
     """lease_take.lua's reply (see its contract)."""
     if int(reply[0]) != TakeCode.TAKEN:
         return NotTaken(str(reply[2]), int(reply[1]))
-    n = int(reply[2])
-    amounts = {str(reply[3 + 2 * i]): int(reply[4 + 2 * i]) for i in range(n)}
-    rest = 3 + 2 * n
+    n = int(reply[3])
+    amounts = {str(reply[4 + 2 * i]): int(reply[5 + 2 * i]) for i in range(n)}
+    rest = 4 + 2 * n
     expired = [(str(reply[i]), ReservationRecord.from_json(reply[i + 1]))
                for i in range(rest, len(reply), 2)]
-    return Taken(amounts, int(reply[1]), expired)
+    return Taken(amounts, int(reply[1]), expired, int(reply[2]) == 1)
 
 
 class LeaseStore:
@@ -88,11 +90,13 @@ class LeaseStore:
             fin=ks.finished(root))
 
     def take_op(self, path: Path, slice_id: str, owner: str, owner_ms: int,
-                want: Mapping[str, tuple[int, int]], *, return_on_expiry: bool) -> Op:
+                want: Mapping[str, tuple[int, int]], *, return_on_expiry: bool,
+                below_ppm: int = 0) -> Op:
         """The op taking a slice for ``owner`` (counted among the tree's lessees for
         ``owner_ms``): ``want`` maps a dimension to (amount wanted, least);
         ``return_on_expiry``: its unflushed part is given back, not charged, if its
-        process dies."""
+        process dies; ``below_ppm``: the model ladder's threshold the reply's ``low``
+        is judged by (0: none)."""
         ks, root = self.ks, path.root
         keys = LEASE_TAKE.key_list(res=ks.reservations(root), leases=ks.leases(root),
                                    slices=ks.slices(root), lessees=ks.lessees(root),
@@ -100,7 +104,7 @@ class LeaseStore:
         args = LEASE_TAKE.arg_list(
             slice_id=slice_id, lease_ms=self.store.lease_ms, path=",".join(path.ids),
             share_divisor=SHARE_DIVISOR, owner=owner, owner_ms=owner_ms,
-            return_on_expiry=return_on_expiry,
+            return_on_expiry=return_on_expiry, below=below_ppm,
             wants=[x for dim, (amount, least) in want.items() for x in (dim, amount, least)])
         return Op(LEASE_TAKE.script, keys, args)
 

@@ -103,10 +103,13 @@ class TopUp:
 @dataclass(frozen=True)
 class TakeSlice:
     """Give lease slice ``owner``'s old slice back and take a new one, serving the call's
-    ``amounts`` from it (context/lease.py). Reply: (served, expired holds, stops)."""
+    ``amounts`` from it (context/lease.py; a ladder call on the rung the slice chooses of
+    ``rungs``, as ``EdgeTerms.rungs``). Reply: (served: 0, else 1 or the rung's number;
+    expired holds; stops)."""
 
     owner: str
     amounts: Sequence[str | int]
+    rungs: Sequence[str | int] = ()
     waits: ClassVar[bool] = True
 
 

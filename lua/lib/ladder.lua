@@ -1,5 +1,5 @@
 -- ladder.lua: the model ladder's choice of a rung (choose_rung) and its record
--- (note_degraded), for reserve.lua (docs/degrade.md).
+-- (note_degraded, count_degraded), for reserve.lua and lease_flush.lua (docs/degrade.md).
 -- needs: common
 
 -- The rung a call runs on: rungs are {model, amount} groups, the requested model first;
@@ -38,4 +38,16 @@ local function note_degraded(key, events_key, ctx_id, id, from, to, now)
     request_id = redis.call('HGET', key, 'request_id'),
     metadata = {chain_id = ctx_id, node_id = id, from_model = from, to_model = to}})
   append_capped(events_key, EVENT_STREAM_CAP, event)
+end
+
+-- Counts a call served from a lease slice (lease_flush.lua) on a cheaper rung than it
+-- asked for, from its decoded node record (degraded_from: the model asked for, model:
+-- the one that ran): nd at every level of its path (keys, root first; a count that is
+-- not an integer stays as it is, pcall), and note_degraded on its own context (the last
+-- key; events_key, ctx_id), as reserve.lua counts a strict reserve's.
+local function count_degraded(keys, events_key, ctx_id, node)
+  local from, to = node.degraded_from, node.model
+  if type(from) ~= 'string' or from == '' or type(to) ~= 'string' then return end
+  for _, key in ipairs(keys) do redis.pcall('HINCRBY', key, 'nd', 1) end
+  note_degraded(keys[#keys], events_key, ctx_id, node.node_id, from, to, now_ms())
 end
