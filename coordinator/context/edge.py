@@ -32,18 +32,44 @@ def finishing(ctx_id: str) -> Iterator[None]:
         finishing_ids.reset(token)
 
 
+FINAL = EdgeTerms(final=True)
+"""A final call without a ladder."""
+TERMS_CACHED = 4096
+"""The most terms kept (edge_terms); the cache starts over when full."""
+_terms: dict[tuple[object, ...], tuple[int, Degrade, EdgeTerms]] = {}
+"""Terms by (ladder's id, model, provider, token estimates, usd, floor, final): with the
+price generation they were priced at and the ladder (an id is reused once freed)."""
+
+
 def edge_terms(state: ContextState, opts: WrapOptions, usd: int, floor: int) -> EdgeTerms:
     """The terms of a call's reserve: final (``WrapOptions.final`` or in
     ``finishing()``), and the rungs of the model ladder its model heads, each with its
     worst case in micro-USD: the requested model's at least ``usd`` (what a plain
     reserve holds), every rung's at least ``floor``; priced at the call's input estimate
-    and ``max_output_tokens``."""
+    and ``max_output_tokens``, once per price generation (pricing.generation: set_price,
+    clear_prices and load_price_table change it)."""
     final = opts.final or any(i in state.path.ids for i in finishing_ids.get())
     degrade = state.config.degrade
-    models = degrade.rungs(opts.model) if degrade is not None else ()
+    if degrade is None:
+        return FINAL if final else PLAIN
+    key = (id(degrade), opts.model, opts.provider, opts.input_tokens_estimate,
+           opts.max_output_tokens, usd, floor, final)
+    generation = pricing.generation()
+    hit = _terms.get(key)
+    if hit is not None and hit[0] == generation and hit[1] is degrade:
+        return hit[2]
+    terms = _priced(degrade, opts, usd, floor, final)
+    if len(_terms) >= TERMS_CACHED:
+        _terms.clear()
+    _terms[key] = (generation, degrade, terms)
+    return terms
+
+
+def _priced(degrade: Degrade, opts: WrapOptions, usd: int, floor: int, final: bool
+            ) -> EdgeTerms:
+    models = degrade.rungs(opts.model)
     if not models:
-        return EdgeTerms(final=True) if final else PLAIN
-    assert degrade is not None
+        return FINAL if final else PLAIN
     rungs: list[str | int] = []
     for i, model in enumerate(models):
         rungs += [model, max(usd if i == 0 else floor, worst_case(model, opts))]

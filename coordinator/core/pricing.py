@@ -62,6 +62,8 @@ class _Table:
 _overrides: dict[str, ModelPrice] = {}
 _lock = threading.Lock()
 _table: _Table | None = None
+_generation = 0
+"""Changes whenever a price may have: set_price, clear_prices, load_price_table."""
 
 
 MAX_RATE = 1e6
@@ -101,14 +103,24 @@ def set_price(
                        None if cache_read_per_mtok is None else float(cache_read_per_mtok),
                        None if cache_write_per_mtok is None else float(cache_write_per_mtok),
                        source="override")
+    global _generation
     with _lock:
         _overrides[model] = price
+        _generation += 1
 
 
 def clear_prices() -> None:
     """Remove every override."""
+    global _generation
     with _lock:
         _overrides.clear()
+        _generation += 1
+
+
+def generation() -> int:
+    """A number that changes whenever a price may have (an override set or cleared, the
+    table reloaded): what a cache of prices is keyed by (context/edge.py)."""
+    return _generation
 
 
 # -- the table --------------------------------------------------------------------------
@@ -213,10 +225,11 @@ def _current_table() -> _Table:
 def load_price_table(path: str | os.PathLike[str] | None = None) -> str:
     """(Re)load the price table from ``path`` (LiteLLM's format or this package's), or
     from the default sources when None. Returns the table's source. Overrides stay."""
-    global _table
+    global _table, _generation
     table = _load_default() if path is None else _read(Path(path), str(path))
     with _lock:
         _table = table
+        _generation += 1
     return table.source
 
 
