@@ -22,7 +22,9 @@ from coordinator.embedded import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN_TEST = {"docs/integrations.md": "tests/docs/test_integrations_docs.py types its examples with "
-                                    "the SDKs pointed at the local provider"}
+                                    "the SDKs pointed at the local provider",
+            "docs/degrade.md": "tests/docs/test_degrade_docs.py types its examples with the "
+                               "SDKs pointed at the local provider"}
 """Pages whose examples need a service the docs cannot start: run by a test of their own."""
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")
                               if str(p.relative_to(ROOT)) not in OWN_TEST)]
