@@ -115,7 +115,8 @@ def _exchange(model: str | None, max_tokens: int | None, held_usd: int) -> Excha
     plan = plan_request("POST", "/v1/chat/completions", json.dumps(body).encode())
     assert plan is not None
     ex = Exchange(cast(ExecutionContext, None), plan, BudgetExceededError)
-    ex.call = cast(Call, SimpleNamespace(held={"usd": held_usd}, collector=UsageCollector()))
+    ex.call = cast(Call, SimpleNamespace(held={"usd": held_usd}, collector=UsageCollector(),
+                                         model=plan.model))
     ex.start_stream()
     return ex
 
