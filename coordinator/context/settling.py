@@ -40,7 +40,10 @@ def charged(call: Call, usage: Usage | None, ended: Ended, invalid: str | None
     """The call's charge by the rule; records ``usage_unpriced`` (once per context and
     model) and ``invalid_usage`` (once per context and error type)."""
     state, opts = call.state, call.options
-    ch = charge(call.held, usd_to_micro(opts.cost_estimate_hint, round_up=True), usage,
+    estimate = usd_to_micro(opts.cost_estimate_hint, round_up=True)
+    if call.degraded_from is not None:  # the hint priced the model asked for, not the one
+        estimate = min(estimate, call.held.get("usd", 0))  # that ran: its worst case is held
+    ch = charge(call.held, estimate, usage,
                 kind=call.kind, ended=ended, invalid=invalid is not None, model=call.model,
                 provider=opts.provider, policy=state.coord.charging)
     if ch.unpriced_model is not None:

@@ -353,3 +353,19 @@ def test_the_litellm_proxy_routes_the_chosen_model(coord: Coordinator,
         nodes = ctx.get_snapshot().nodes
         assert [(n.model, n.degraded_from) for n in nodes] == [("gpt-4o-mini", "gpt-4o")] * 2
     assert check_tree(coord.client, ctx.chain_id) == sum(cost_of(s) for s in seen)
+
+
+def test_a_degraded_call_reporting_nothing_is_charged_its_rungs_worst_case(
+        coord: Coordinator) -> None:
+    """The estimate a call reporting nothing is charged is the worst case of the model
+    that ran (what its reserve held), not the hint priced at the model asked for."""
+    options = WrapOptions(provider="openai", model="gpt-4o", input_tokens_estimate=100,
+                          max_output_tokens=OUT, cost_estimate_hint=0.047)
+    with ladder_root(0.01, below=0.2) as ctx:
+        assert ctx.wrap_llm_call(lambda: None, options) == Decision.ALLOW
+        (node,) = ctx.get_snapshot().nodes
+        assert (node.model, node.degraded_from, node.charged_by) == (
+            "gpt-4o-mini", "gpt-4o", "estimate")
+    held = micro("gpt-4o-mini", 100, OUT)
+    assert check_tree(coord.client, ctx.chain_id) == usd_to_micro(node.cost_usd)
+    assert abs(usd_to_micro(node.cost_usd) - held) <= 1  # (the hold rounds up)
