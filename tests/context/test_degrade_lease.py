@@ -108,6 +108,21 @@ def test_ordinary_calls_stop_at_the_reserve_and_final_calls_spend_it(
     assert _books(coord, root) == 100_000
 
 
+def test_a_childs_ordinary_call_is_held_to_its_ancestors_reserve(coord: Coordinator) -> None:
+    root = _root(0.10, final_reserve_usd=0.03)
+    child = root.spawn_child(max_cost_usd=0.05)
+    assert child.config.lease == LEASE
+    while _cent(root) == Decision.ALLOW:
+        pass
+    assert _cent(child) == Decision.HALT
+    assert child.get_snapshot().nodes[-1].stop_reason == "final_reserve"
+    assert child.stop_reason is None and root.stop_reason is None
+    assert _cent(child, WrapOptions(cost_estimate_hint=0.01, final=True)) == Decision.ALLOW
+    child.close()
+    root.close()
+    assert _books(coord, root) == 80_000
+
+
 @pytest.mark.slow
 def test_four_leasing_processes_spend_exactly_up_to_the_reserve_then_final_calls_spend_it(
         coord: Coordinator, redis_url: str) -> None:

@@ -126,6 +126,18 @@ def test_a_final_reserve_refusal_in_lease_mode_stops_neither_context_nor_slice(
     assert not leased.cancellation_token.cancelled
 
 
+def test_a_final_reserve_refusal_begins_no_approval_wait(coord: Coordinator) -> None:
+    state = context_state(coord, lease=LEASE, final_reserve_usd=1.0, approval_wait_s=5.0)
+    refused = Refused(0, "final_reserve", "usd needs $0.01", False, NOW)
+    script = Script([(TakeSlice, (0, [], [])), (Reserve, refused), (Refusal, None)])
+    outcome = run_begin(state, script, WrapOptions(cost_estimate_hint=0.01))
+    assert isinstance(outcome, Outcome) and outcome.reason == "final_reserve"
+    assert state.stopped is None
+    lease = slice_of(state)
+    assert lease is not None
+    lease.pid = -1
+
+
 def test_a_final_call_is_served_from_the_slice_when_it_fits(leased: ContextState) -> None:
     live_slice(leased, 50_000, low=False)
     call = run_begin(leased, Script([]), WrapOptions(cost_estimate_hint=0.01, final=True))
