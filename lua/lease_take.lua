@@ -23,7 +23,9 @@
 --             used (lease_return.lua)
 -- ARGV[8]     below  the context's model ladder threshold in parts per million of a ceiling
 --             (0: none): the reply says whether some level was below it
--- ARGV[9..]   wants{dim, amount, least}  triples: dimension, amount wanted, least amount worth
+-- ARGV[9]     low_least  the least USD worth taking when some level is below it (a ladder
+--             call's cheapest rung; 0: usd's least, as when none is)
+-- ARGV[10..]  wants{dim, amount, least}  triples: dimension, amount wanted, least amount worth
 --             taking (integers)
 --
 -- A level that is not running (or holds a corrupt number), past its deadline, or that cannot spare the least amount
@@ -33,7 +35,8 @@
 -- (final calls spend it through strict reserves). low is 1 when, before the take, some
 -- level had less than `below` of its USD ceiling left (limit - used - held), as
 -- reserve.lua judges a ladder call: the slice then serves its ladder calls the cheapest
--- rung that fits.
+-- rung that fits, so such a slice need only cover that rung (low_least), while one taken
+-- above the threshold must cover the requested model (usd's least).
 -- The record is new_reservation's (lib/reservations.lua) with s = 1 (a slice); a lease expiry reclaims
 -- it like any reservation (lease_return.lua: what was flushed stays charged, the rest is
 -- charged as used, or given back with r = 1).
@@ -66,6 +69,12 @@ end
 -- the root's number of quota buckets (q) and the final reserve (fr) are read at every level
 local shape = level_shape({'status', 'deadline', 'q', 'fr'}, read_dims, totals)
 local low_ppm, low = tonumber(below), 0
+local usd_low = tonumber(low_least)  -- usd's least once low (0: the same)
+-- the least of dimension j: the smaller of usd's two while low is not known (any level)
+local function least_of(j, known)
+  if dims[j] ~= 'usd' or usd_low == 0 or (known and low == 0) then return least[j] end
+  return math.min(least[j], usd_low)
+end
 
 redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now)
 redis.call('ZADD', lessees, now + tonumber(owner_ms), owner)
@@ -93,7 +102,7 @@ for lv = 1, #levels do
       end
       local cap = math.floor(left * share)
       if cap < grant[j] then grant[j] = cap end
-      if left < least[j] then return {TakeCode.REFUSED, now, d .. ' too low'} end
+      if left < least_of(j, false) then return {TakeCode.REFUSED, now, d .. ' too low'} end
     end
   end
   for i, t in ipairs(totals) do
@@ -127,7 +136,9 @@ if nq > 0 then
   end
 end
 for j = 1, #dims do
-  if grant[j] < least[j] then return {TakeCode.REFUSED, now, dims[j] .. ' share too small'} end
+  if grant[j] < least_of(j, true) then
+    return {TakeCode.REFUSED, now, dims[j] .. ' share too small'}
+  end
 end
 
 -- Every level can spare it: hold the grant everywhere (one HSET per level).

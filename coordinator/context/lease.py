@@ -151,14 +151,17 @@ class LeaseSlice:
         Raises UNAVAILABLE when Redis cannot be reached."""
         need = {str(amounts[i]): int(amounts[i + 1]) for i in range(0, len(amounts), 2)
                 if int(amounts[i + 1])}
-        if rungs:  # at least the cheapest rung's worst case
-            need["usd"] = min(int(a) for a in rungs[1::2])
+        # a ladder call: a slice taken below its threshold need only cover the cheapest
+        # rung, one above it the requested model (lease_take.lua low_least)
+        low_least = min(int(a) for a in rungs[1::2]) if rungs else 0
         if self.policy.tokens is not None:  # a provider's tokens too (openai.tin, ...)
             for dim in need:
                 if dim.endswith((".tin", ".tout")):
                     self.want.setdefault(dim, self.policy.tokens)
         if (self.stopped is not None or self.closed
-                or any(d not in self.want or a > self.want[d] for d, a in need.items())):
+                or any(d not in self.want or a > self.want[d] for d, a in need.items()
+                       if not (d == "usd" and low_least))
+                or low_least > self.want["usd"]):
             return 0, [], []  # a call larger than a slice takes a strict reserve
         if time.monotonic() < self._retry_at and all(
                 a >= self._refused.get(d, 0) for d, a in need.items()):
@@ -176,7 +179,8 @@ class LeaseSlice:
             new_id = SLICE_PREFIX + secrets.token_hex(12)
             ops.append(self.leases.take_op(self.path, new_id, self.owner, self.owner_ms, {
                 dim: (amount, need.get(dim, 0)) for dim, amount in self.want.items()},
-                return_on_expiry=self.policy.return_on_expiry, below_ppm=self.below_ppm))
+                return_on_expiry=self.policy.return_on_expiry, below_ppm=self.below_ppm,
+                low_least=low_least))
             try:
                 results = self.leases.take_and_flush(ops)
             except UNAVAILABLE:
@@ -205,8 +209,6 @@ class LeaseSlice:
                 if self.stopped is None:
                     served = (self._promise_rung(amounts, rungs) if rungs
                               else int(self._promise(amounts)))
-                if rungs and not served:  # the requested model does not fit: strict
-                    self._retry_at, self._refused = time.monotonic() + RETRY_TAKE_S, need
             self.coord.call_later(self.max_age_s, lambda: self._age_out(new_id))
             if self.stopped is not None:
                 self.coord.call_later(0, self._give_back_now)

@@ -181,7 +181,7 @@ DATA_SNAPSHOT = contract("data_snapshot", "levels{ctx,data,dmeta,dview}", "")
 LEASE_TAKE = contract(
     "lease_take", "res leases slices lessees levels{ctx}",
     "slice_id lease_ms:int path:csv share_divisor:int owner owner_ms:int "
-    "return_on_expiry:flag below:int wants{dim,amount:int,least:int}")
+    "return_on_expiry:flag below:int low_least:int wants{dim,amount:int,least:int}")
 LEASE_FLUSH = contract(
     "lease_flush", _SLICE_KEYS,
     "slice_id abort_channel ledger_channel node_cap:int give_back:flag path:csv batch:int "

@@ -91,12 +91,13 @@ class LeaseStore:
 
     def take_op(self, path: Path, slice_id: str, owner: str, owner_ms: int,
                 want: Mapping[str, tuple[int, int]], *, return_on_expiry: bool,
-                below_ppm: int = 0) -> Op:
+                below_ppm: int = 0, low_least: int = 0) -> Op:
         """The op taking a slice for ``owner`` (counted among the tree's lessees for
         ``owner_ms``): ``want`` maps a dimension to (amount wanted, least);
         ``return_on_expiry``: its unflushed part is given back, not charged, if its
         process dies; ``below_ppm``: the model ladder's threshold the reply's ``low``
-        is judged by (0: none)."""
+        is judged by (0: none); ``low_least``: the least USD worth taking when low (a
+        ladder call's cheapest rung; 0: usd's least)."""
         ks, root = self.ks, path.root
         keys = LEASE_TAKE.key_list(res=ks.reservations(root), leases=ks.leases(root),
                                    slices=ks.slices(root), lessees=ks.lessees(root),
@@ -104,7 +105,7 @@ class LeaseStore:
         args = LEASE_TAKE.arg_list(
             slice_id=slice_id, lease_ms=self.store.lease_ms, path=",".join(path.ids),
             share_divisor=SHARE_DIVISOR, owner=owner, owner_ms=owner_ms,
-            return_on_expiry=return_on_expiry, below=below_ppm,
+            return_on_expiry=return_on_expiry, below=below_ppm, low_least=low_least,
             wants=[x for dim, (amount, least) in want.items() for x in (dim, amount, least)])
         return Op(LEASE_TAKE.script, keys, args)
 

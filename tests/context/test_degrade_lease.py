@@ -27,6 +27,8 @@ from coordinator import (
 )
 from coordinator.context.lease_registry import slice_of
 from coordinator.core.keys import KeySpace
+from coordinator.core.paths import Path
+from coordinator.store.leases_store import Batch, LeaseStore, Taken, decode_take
 from tests.support import edge_procs, lease_edge_procs
 from tests.support.invariants import check_tree
 
@@ -151,6 +153,32 @@ def _degraded(coord: Coordinator, root: ExecutionContext) -> tuple[int, int]:
     nd = int(coord.client.hget(KS.ctx(root.root_id, root.root_id), "nd") or 0)
     events = [e for e in root.get_snapshot().events if e.event_type == "degraded"]
     return nd, len(events)
+
+
+def test_a_take_reports_low_and_then_need_only_cover_the_cheapest_rung(
+        coord: Coordinator) -> None:
+    root = _root(0.10, degrade=LADDER)
+    path, leases = Path(root.root_id, (root.root_id,)), LeaseStore(coord.store)
+
+    def take(slice_id: str, low_least: int = MINI) -> Taken | None:
+        op = leases.take_op(path, slice_id, "owner", 60_000, {"usd": (50_000, FULL)},
+                            return_on_expiry=False, below_ppm=500_000, low_least=low_least)
+        taken = decode_take(coord.store.wire.run(op))
+        return taken if isinstance(taken, Taken) else None
+
+    # a quarter of what is left each time (one lessee): $0.025, $0.01875, $0.0140625
+    # (each covers gpt-4o, and half the ceiling was left before each take)...
+    got = [take(f"slice:{i}") for i in range(3)]
+    assert [(t.amounts["usd"], t.low) for t in got if t] == [
+        (25_000, False), (18_750, False), (14_062, False)]
+    assert take("slice:x", low_least=0) is None  # $0.042188 left: $0.010547 < gpt-4o's
+    low = take("slice:3")  # ...but below the threshold the mini's worst case will do
+    assert low is not None and low.low and low.amounts["usd"] == 10_547
+    for i in range(4):
+        coord.store.wire.run(leases.flush_op(path, f"slice:{i}", Batch(1, [], [], {}),
+                                             give_back=True))
+    root.close()
+    assert _books(coord, root) == 0
 
 
 def test_served_calls_take_the_cheaper_rung_once_a_slice_is_taken_below_the_threshold(
