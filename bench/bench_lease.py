@@ -284,6 +284,7 @@ def _reserve_dissected(client: redis.Redis, store: Any, path: Any,
     """reserve.lua's EVALSHA usec against a bare script and against its libraries
     alone (the files the loader composes, read as they are), and the usec of the commands
     it calls: what the libraries' loading and a ``redis.call`` cost beyond the commands."""
+    from coordinator.core.contracts import RESERVE
     from coordinator.store.scripts import (
         declared,
         libraries_source,
@@ -307,8 +308,10 @@ def _reserve_dissected(client: redis.Redis, store: Any, path: Any,
         client.delete(keys[0], keys[1])
         client.config_resetstat()
         for i in range(n):
-            script(keys=keys, args=[f"dissect{name[:6]}{i}", 60_000, ",".join(path.ids),
-                                    "ch", "0", *amounts])
+            script(keys=keys, args=RESERVE.arg_list(
+                reservation_id=f"dissect{name[:6]}{i}", lease_ms=60_000,
+                path=",".join(path.ids), abort_channel="ch", keyed=False, final=False,
+                below=0, rungs=[], amounts=amounts))
         stats = {k.removeprefix("cmdstat_"): float(v["usec"])
                  for k, v in client.info("commandstats").items()}
         inner = sum(v for k, v in stats.items()
