@@ -103,7 +103,7 @@ local function finish(rec, levels, actual, step, retry, channel, now, ledger_key
     if lv == #rec.p then caller_used = used end
     plan[lv] = {key = key, events = levels[lv].events, set = set, hit = hit,
                 calls = count_at and level[count_at],
-                warns = warn_plan(level, shape, warn_dims, used, set)}
+                warns = warn_plan(key, level, shape, warn_dims, used, dused, set)}
   end
   if bad_record then broken[#broken + 1] = {#rec.p, bad_record} end
   local stopped = {}

@@ -1,68 +1,67 @@
--- warnings.lua: the warn_at thresholds a level's spend or steps reached (warn_crossed) and
--- their budget_warning, recorded and broadcast once per level, dimension and threshold
--- (warn_level).
+-- warnings.lua: the warn_at thresholds a finish took a level's spend or steps across
+-- (warn_plan) and their budget_warning, recorded and broadcast once per level, dimension
+-- and threshold (warn_level).
 -- needs: numbers, common
 --
 -- Context hash fields: wa  the thresholds in parts per million, ascending, comma-separated
 -- (written by open.lua from ExecutionConfig.warn_at); w:usd, w:steps  how many of them
--- that dimension's counter reached already (absent: none). finish reads them in the HMGET
--- it makes anyway and writes the count in the HSET it makes anyway: a level without wa
--- pays nothing more.
+-- were warned of for that dimension's counter (absent: none). finish reads wa in the
+-- HMGET it makes anyway (one field more: a level without wa pays nothing else); a level
+-- with wa reads its w:<dim> only when this finish took the counter across a threshold,
+-- and writes it in the HSET it makes anyway.
 
 -- The dimensions a threshold is checked for (their counter against their limit).
 local WARN_DIMS = {usd = true, steps = true}
 
--- The head of finish's level_shape (lib/levels.lua): wa and the w:<dim> of each checked
--- dimension this finish adds to (dused[d] > 0), and those dimensions; none of them (an
--- empty head) when it adds to neither.
+-- The head of finish's level_shape (lib/levels.lua): {'wa'} when this finish adds to a
+-- checked dimension (dused[d] > 0), with those dimensions; else an empty head.
 local function warn_head(dims, dused)
-  local head, checked_dims = {'wa'}, {}
+  local checked_dims = {}
   for _, d in ipairs(dims) do
-    if WARN_DIMS[d] and dused[d] > 0 then
-      head[#head + 1] = 'w:' .. d
-      checked_dims[#checked_dims + 1] = d
-    end
+    if WARN_DIMS[d] and dused[d] > 0 then checked_dims[#checked_dims + 1] = d end
   end
   if #checked_dims == 0 then return {}, checked_dims end
-  return head, checked_dims
+  return {'wa'}, checked_dims
 end
 
--- The thresholds (ppm) that used reached against limit and were not warned of yet:
--- {count, ppm, ppm...} with count the new number reached (written to w:<dim>), or nil.
--- wa is the hash's wa (a string; nil when absent), warned its w:<dim> (a number; false
--- when corrupt: nothing is warned then). A threshold is reached at used >= ppm / 10^6 *
--- limit, compared as used * 10^6 >= ppm * limit: exact while both products stay below
--- 2^53 (a USD ceiling up to $9,000), within a part in 10^15 above.
-local function warn_crossed(wa, warned, used, limit)
-  if not wa or warned == false or not used or not limit or limit <= 0 then return nil end
-  local out, count = {0}, 0
+-- How many thresholds of wa (a string of ppm) used reaches against limit: used >= ppm /
+-- 10^6 * limit, compared as used * 10^6 >= ppm * limit (exact while both products stay
+-- below 2^53: a USD ceiling up to $9,000; within a part in 10^15 above), and the
+-- thresholds as numbers; nil when wa holds anything the scripts do not write.
+local function warn_reached(wa, used, limit)
+  local count, ppms = 0, {}
   for part in string.gmatch(wa, '[^,]+') do
     local ppm = stored_num(part)
     if not ppm then return nil end  -- not written by open.lua: never read as a number
-    if used * 1000000 < ppm * limit then break end
-    count = count + 1
-    if count > warned then out[#out + 1] = ppm end
+    ppms[#ppms + 1] = ppm
+    if used * 1000000 >= ppm * limit then count = count + 1 end
   end
-  if count <= warned then return nil end
-  out[1] = count
-  return out
+  return count, ppms
 end
 
--- The warnings a level read by finish (read_level with warn_head's head) owes after
--- this finish (used: its counters after it): {dim, crossed} for each dimension of
--- checked_dims that reached a threshold not warned of yet, its new w:<dim> count added to
--- set (the level's HSET); nil when none (always for a level without wa).
-local function warn_plan(level, shape, checked_dims, used, set)
-  if not level.wa then return nil end
+-- The warnings a level read by finish (read_level with warn_head's head, at key) owes
+-- after this finish (used: its counters after it, dused: what it added): for each
+-- dimension of checked_dims whose counter this finish took across a threshold, {dim,
+-- ppms} with the thresholds reached and not yet warned of (w:<dim>, read then), the new
+-- count added to set (the level's HSET); nil when none (always for a level without wa).
+local function warn_plan(key, level, shape, checked_dims, used, dused, set)
+  local wa = level.wa
+  if not wa then return nil end
   local owed = nil
   for _, d in ipairs(checked_dims) do
-    local crossed = warn_crossed(level.wa, level['w:' .. d], used[d],
-                                 level[shape.slot[d].limit])
-    if crossed then
-      set[#set + 1] = 'w:' .. d
-      set[#set + 1] = crossed[1]
-      owed = owed or {}
-      owed[#owed + 1] = {d, crossed}
+    local limit, after = level[shape.slot[d].limit], used[d]
+    if limit and limit > 0 and after then
+      local count, ppms = warn_reached(wa, after, limit)
+      if count and count > warn_reached(wa, after - dused[d], limit) then
+        local warned = stored_num(redis.call('HGET', key, 'w:' .. d))  -- false: corrupt
+        if warned == nil then warned = 0 end
+        if warned and count > warned then
+          set[#set + 1] = 'w:' .. d
+          set[#set + 1] = count
+          owed = owed or {}
+          owed[#owed + 1] = {d, {unpack(ppms, warned + 1, count)}}
+        end
+      end
     end
   end
   return owed
@@ -80,7 +79,7 @@ local function warn_remaining(v)
 end
 
 -- Records one budget_warning SafetyEvent at the level (key, its event list events_key,
--- context id) for each threshold (ppm) of crossed (warn_crossed's, dimension dim) and
+-- context id) for each threshold (ppm) of crossed (warn_plan's, dimension dim) and
 -- publishes each on channel as {root, id, warning, dim, remaining}: the stop listener of
 -- every process with a handle under the level hears it (ctx.on_warning).
 local function warn_level(key, events_key, id, root, channel, dim, crossed, now)
@@ -89,7 +88,7 @@ local function warn_level(key, events_key, id, root, channel, dim, crossed, now)
   local n = {usd = {stored_num(v[2]) or 0, stored_num(v[1])},
              steps = {stored_num(v[4]) or 0, stored_num(v[3])}}
   local used, limit = n[dim][1], n[dim][2]
-  for i = 2, #crossed do
+  for i = 1, #crossed do
     local fraction = crossed[i] / 1000000
     local what, ceiling = 'spend', 'max_cost_usd'
     if dim == 'steps' then what, ceiling = 'steps', 'max_steps' end

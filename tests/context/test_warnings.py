@@ -199,6 +199,17 @@ def test_one_charge_across_both_thresholds_records_both(coord: Coordinator) -> N
     root.close()
 
 
+def test_a_threshold_reached_again_after_a_raise_is_not_warned_twice(
+        coord: Coordinator) -> None:
+    root = _root(warn_at=(0.5,))
+    assert _spend(root, 6) == [Decision.ALLOW] * 6
+    coord.set_limits(root.chain_id, max_cost_usd=0.20, actor="ops")  # $0.06: 30 % now
+    assert _spend(root, 5) == [Decision.ALLOW] * 5  # $0.11: across 50 % of $0.20
+    [event] = _warnings(root)
+    assert event.reason == "spend reached 50% of max_cost_usd ($0.05 of $0.10)"
+    root.close()
+
+
 def test_a_propagated_cost_warns_like_a_call(coord: Coordinator) -> None:
     root = _root()
     root.propagate_child_cost(0.06)
