@@ -6,7 +6,6 @@ rung."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
@@ -28,8 +27,8 @@ from coordinator.core.charging_rules import ChargingPolicy
 from coordinator.errors import InvalidConfigError
 from tests.support import edge_procs
 from tests.support.invariants import check_tree
+from tests.support.together import run_together
 
-SPAWN = mp.get_context("spawn")
 LADDER = Degrade(ladder={"gpt-4o": ["gpt-4o-mini"]}, below=0.5)
 GPT4O = edge_procs.LADDER_CALL
 FULL, MINI = 12_500, 750  # micro-USD: gpt-4o and gpt-4o-mini at 1,000 tokens each way
@@ -148,16 +147,8 @@ def test_an_attached_handle_uses_the_ladder_of_the_context(coord: Coordinator) -
 def test_four_processes_racing_at_the_threshold_cannot_all_take_the_expensive_rung(
         coord: Coordinator, redis_url: str) -> None:
     root = _root()
-    start, out = SPAWN.Event(), SPAWN.Queue()
-    procs = [SPAWN.Process(target=edge_procs.run_ladder_calls,
-                           args=(redis_url, root.token, start, out)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    start.set()
-    models = [m for _ in procs for m in out.get(timeout=120)]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    models = [m for ran in run_together(edge_procs.run_ladder_calls, (redis_url, root.token))
+              for m in ran]
     # each gpt-4o call was held while at least $0.05 remained, counting every hold in
     # flight: exactly as many as one process alone gets, however the four raced
     assert models.count("gpt-4o") == 5

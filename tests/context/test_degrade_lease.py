@@ -9,7 +9,6 @@ and pair); exact books with four processes racing."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
@@ -31,8 +30,8 @@ from coordinator.core.paths import Path
 from coordinator.store.leases_store import Batch, LeaseStore, Taken, decode_take
 from tests.support import edge_procs, lease_edge_procs
 from tests.support.invariants import check_tree
+from tests.support.together import run_together
 
-SPAWN = mp.get_context("spawn")
 KS = KeySpace()
 LEASE = LeasePolicy(usd=0.05, steps=1000, tokens=100_000, max_age_ms=2000)
 LADDER = Degrade(ladder={"gpt-4o": ["gpt-4o-mini"]}, below=0.5)
@@ -67,18 +66,6 @@ def _books(coord: Coordinator, root: ExecutionContext) -> int:
     detached (its slice given back) before."""
     return check_tree(coord.client, root.root_id)
 
-
-def _spawn(target: Any, args: tuple[Any, ...], n: int = 4) -> list[Any]:
-    start, out = SPAWN.Event(), SPAWN.Queue()
-    procs = [SPAWN.Process(target=target, args=(*args, start, out)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    start.set()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
-    return results
 
 
 # -- the final reserve ---------------------------------------------------------------------
@@ -129,7 +116,7 @@ def test_a_childs_ordinary_call_is_held_to_its_ancestors_reserve(coord: Coordina
 def test_four_leasing_processes_spend_exactly_up_to_the_reserve_then_final_calls_spend_it(
         coord: Coordinator, redis_url: str) -> None:
     root = _root(0.10, final_reserve_usd=0.03)
-    results = _spawn(lease_edge_procs.cents_until_quiet, (redis_url, root.token))
+    results = run_together(lease_edge_procs.cents_until_quiet, (redis_url, root.token))
     assert sum(ran for ran, _ in results) == 7
     assert all(stop is None for _, stop in results)
     snap = root.get_snapshot()
@@ -138,7 +125,7 @@ def test_four_leasing_processes_spend_exactly_up_to_the_reserve_then_final_calls
     assert snap.status == "running" and root.stop_reason is None
     assert _books(coord, root) == 70_000
     # then final calls spend the reserve (strict reserves: no slice may hold it), no more
-    results = _spawn(edge_procs.run_cent_calls, (redis_url, root.token, True))
+    results = run_together(edge_procs.run_cent_calls, (redis_url, root.token, True))
     assert sum(ran for ran, _ in results) == 3
     refusals = [n.stop_reason for n in root.get_snapshot().nodes if n.stop_reason]
     assert set(refusals[len(refusals) - 4:]) <= {"budget_exceeded"}
@@ -224,7 +211,7 @@ def test_a_served_degraded_call_counts_at_every_level_and_once_per_context(
 def test_four_leasing_processes_degrade_after_the_threshold_with_exact_books(
         coord: Coordinator, redis_url: str) -> None:
     root = _root(0.50, degrade=LADDER)
-    results = _spawn(edge_procs.run_ladder_calls, (redis_url, root.token))
+    results = run_together(edge_procs.run_ladder_calls, (redis_url, root.token))
     models = [m for r in results for m in r]
     full, minis = models.count("gpt-4o"), models.count("gpt-4o-mini")
     assert full + minis == len(models) and full > 0 and minis > 0

@@ -5,8 +5,6 @@ up to the ceiling and no further; exact books with four processes racing."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import pytest
 
 from coordinator import (
@@ -21,8 +19,8 @@ from coordinator import (
 from coordinator.errors import InvalidConfigError
 from tests.support import edge_procs
 from tests.support.invariants import check_tree
+from tests.support.together import run_together
 
-SPAWN = mp.get_context("spawn")
 CENT = WrapOptions(cost_estimate_hint=0.01)
 FINAL_CENT = WrapOptions(cost_estimate_hint=0.01, final=True)
 
@@ -125,17 +123,7 @@ def test_four_processes_of_ordinary_calls_spend_exactly_up_to_the_reserve(
         coord: Coordinator, redis_url: str) -> None:
     root = _root()
     for final in (False, True):
-        start, out = SPAWN.Event(), SPAWN.Queue()
-        procs = [SPAWN.Process(target=edge_procs.run_cent_calls,
-                               args=(redis_url, root.token, final, start, out))
-                 for _ in range(4)]
-        for p in procs:
-            p.start()
-        start.set()
-        results = [out.get(timeout=120) for _ in procs]
-        for p in procs:
-            p.join(30)
-            assert p.exitcode == 0
+        results = run_together(edge_procs.run_cent_calls, (redis_url, root.token, final))
         ran = sum(r[0] for r in results)
         snap = root.get_snapshot()
         refusals = [n.stop_reason for n in snap.nodes if n.stop_reason]
