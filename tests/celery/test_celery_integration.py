@@ -330,9 +330,11 @@ def test_abort_ends_20_running_tasks_within_a_second(wide_cluster: Cluster) -> N
     assert all(isinstance(o, TaskStoppedError) and o.reason == "aborted" for o in outcomes)
     pids = {s.split(":")[1] for s in cl.marks.lrange("started", 0, -1)}
     assert len(pids) == 20
-    ledger = cl.ledger(root)
-    # each interrupted call settles once, at its estimate (it may have been billed)
-    assert ledger["open"] == 0 and ledger["held"] == 0
+    # each interrupted call settles once, at its estimate (it may have been billed); a
+    # worker whose flush before the result timed out on a loaded machine sends it at
+    # the context's close, just after the result (decorator.py)
+    ledger = until(lambda: (lg := cl.ledger(root))["open"] == 0 and lg["held"] == 0 and lg,
+                   "the interrupted calls settled", timeout_s=15)
     assert ledger["used"] == 6 * 250_000
 
 
