@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any, TypedDict
+from typing import Any
 
 import openai
 import pytest
@@ -21,10 +21,8 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from langgraph.graph import END, START, StateGraph
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -44,6 +42,7 @@ from coordinator.integrations.pydantic_ai import BudgetedToolset, run_agent
 from coordinator.models import Decision
 from tests.support.fake_provider import ProviderServer
 from tests.support.invariants import check_tree
+from tests.support.langgraph_weather import weather_graph
 
 FLAT = "flat-test-model"
 """$10 per million output tokens, nothing for input: a request for 1,000 output tokens
@@ -174,11 +173,6 @@ def test_openai_agents_run_final_in_finishing(coord: Coordinator,
 
 # -- LangChain / LangGraph ------------------------------------------------------------------
 
-class State(TypedDict):
-    question: str
-    answer: str
-    weather: str
-
 
 @tool
 def weather_tool(city: str) -> str:
@@ -186,20 +180,6 @@ def weather_tool(city: str) -> str:
     return get_weather(city)
 
 
-def build_graph(llm: ChatOpenAI) -> Any:
-    def think(state: State) -> dict[str, str]:
-        return {"answer": str(llm.invoke(state["question"]).content)}
-
-    def look(state: State, config: RunnableConfig) -> dict[str, str]:
-        return {"weather": weather_tool.invoke({"city": "Paris"}, config=config)}
-
-    graph = StateGraph(State)
-    graph.add_node("think", think)
-    graph.add_node("look", look)
-    graph.add_edge(START, "think")
-    graph.add_edge("think", "look")
-    graph.add_edge("look", END)
-    return graph.compile(name="weather-graph")
 
 
 def test_a_langgraph_run_is_final_in_finishing(coord: Coordinator,
@@ -207,7 +187,7 @@ def test_a_langgraph_run_is_final_in_finishing(coord: Coordinator,
     """LangGraph runs its nodes on worker threads: ``finishing()`` reaches them."""
     llm = budgeted_chat_model(ChatOpenAI(model=FLAT, base_url=provider.openai_url,
                                          api_key="k", max_retries=0, max_tokens=1000))
-    graph = build_graph(llm)
+    graph = weather_graph(llm, weather_tool)
     with reserved_root() as root:
         with pytest.raises(BudgetExceededError) as err:
             run_graph(graph, {"question": "Weather in Paris?"})
@@ -224,7 +204,7 @@ def test_a_langgraph_model_runs_on_the_rung_the_ladder_chose(coord: Coordinator,
     llm = budgeted_chat_model(ChatOpenAI(model="gpt-4o", base_url=provider.openai_url,
                                          api_key="k", max_retries=0, max_tokens=1000))
     with ladder_root() as root:
-        out = run_graph(build_graph(llm), {"question": "Weather in Paris?"})
+        out = run_graph(weather_graph(llm, weather_tool), {"question": "Weather in Paris?"})
         assert out["answer"] == "abcd" * 20
     assert models_seen(provider) == ["gpt-4o-mini"]
     check_tree(coord.client, root.chain_id)

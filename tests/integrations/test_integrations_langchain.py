@@ -8,14 +8,11 @@ budgeted by the handler from their callbacks."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, TypedDict
 
 import openai
 import pytest
-from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from langgraph.graph import END, START, StateGraph
 
 from coordinator import Coordinator, ExecutionConfig, ExecutionContext, current_context
 from coordinator.cli.tree import tree_text
@@ -29,6 +26,7 @@ from coordinator.integrations.langchain import (
 )
 from tests.support.fake_provider import ProviderServer
 from tests.support.invariants import check_tree
+from tests.support.langgraph_weather import weather_graph
 
 GRAPH_CONTEXTS: list[str] = []
 
@@ -40,11 +38,6 @@ def server() -> Iterator[ProviderServer]:
     s.stop()
 
 
-class State(TypedDict):
-    question: str
-    answer: str
-    weather: str
-
 
 @tool
 def get_weather(city: str) -> str:
@@ -55,27 +48,13 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-def build_graph(llm: ChatOpenAI) -> Any:
-    def think(state: State) -> dict[str, str]:
-        return {"answer": str(llm.invoke(state["question"]).content)}
-
-    def look(state: State, config: RunnableConfig) -> dict[str, str]:
-        return {"weather": get_weather.invoke({"city": "Paris"}, config=config)}
-
-    graph = StateGraph(State)
-    graph.add_node("think", think)
-    graph.add_node("look", look)
-    graph.add_edge(START, "think")
-    graph.add_edge("think", "look")
-    graph.add_edge("look", END)
-    return graph.compile(name="weather-graph")
 
 
 def test_a_two_node_graph_runs_under_a_ceiling(coord: Coordinator,
                                                server: ProviderServer) -> None:
     llm = budgeted_chat_model(ChatOpenAI(model="gpt-4", base_url=server.openai_url,
                                          api_key="k", max_retries=0, max_tokens=50))
-    graph = build_graph(llm)
+    graph = weather_graph(llm, get_weather)
     with ExecutionContext(ExecutionConfig(max_cost_usd=0.05, max_steps=1000,
                                           max_retries_total=5)) as root:
         out = graph_run = run_graph(graph, {"question": "Weather in Paris?"})
